@@ -1,0 +1,107 @@
+"""Honest capture of command output: head and tail kept, byte counts, full raw bytes on disk.
+
+Pure logic, no Django or Docker: fed bytes as they arrive, in any chunking.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections import deque
+from typing import BinaryIO
+
+
+def _trim_partial_start(data: bytes) -> bytes:
+    """Drop UTF-8 continuation bytes at the start of a tail cut in the middle of a character."""
+    cut = 0
+    while cut < min(3, len(data)) and 0x80 <= data[cut] <= 0xBF:
+        cut += 1
+    return data[cut:]
+
+
+class StreamCapture:
+    """Captures one output stream (stdout or stderr) of one command."""
+
+    def __init__(
+        self,
+        *,
+        head_limit: int,
+        tail_limit: int,
+        raw_file: BinaryIO | None = None,
+        raw_limit: int = 0,
+    ):
+        self.head_limit = head_limit
+        self.tail_limit = tail_limit
+        self.raw_file = raw_file
+        self.raw_limit = raw_limit
+        self.total_bytes = 0
+        self.raw_bytes = 0
+        self._head = bytearray()
+        self._tail: deque[bytes] = deque()
+        self._tail_size = 0
+        self._strict = codecs.getincrementaldecoder("utf-8")("strict")
+        self._live = codecs.getincrementaldecoder("utf-8")("replace")
+        self.valid_utf8 = True
+
+    def feed(self, data: bytes) -> str:
+        """Take a chunk; return the text of the part that falls inside the head (for live view)."""
+        if not data:
+            return ""
+        self.total_bytes += len(data)
+        if self.raw_file is not None and self.raw_bytes < self.raw_limit:
+            keep = data[: self.raw_limit - self.raw_bytes]
+            self.raw_file.write(keep)
+            self.raw_bytes += len(keep)
+        if self.valid_utf8:
+            try:
+                self._strict.decode(data)
+            except UnicodeDecodeError:
+                self.valid_utf8 = False
+        room = self.head_limit - len(self._head)
+        head_part, rest = data[:room] if room > 0 else b"", data[max(room, 0) :]
+        self._head += head_part
+        if rest:
+            self._tail.append(rest)
+            self._tail_size += len(rest)
+            while self._tail and self._tail_size - len(self._tail[0]) >= self.tail_limit:
+                self._tail_size -= len(self._tail.popleft())
+        return self._live.decode(head_part) if head_part else ""
+
+    @property
+    def truncated(self) -> bool:
+        return self.total_bytes > self.head_limit + self.tail_limit
+
+    @property
+    def raw_truncated(self) -> bool:
+        return self.raw_file is not None and self.raw_bytes < self.total_bytes
+
+    def head_text(self) -> str:
+        return bytes(self._head).decode("utf-8", errors="replace")
+
+    def tail_bytes(self) -> bytes:
+        tail = b"".join(self._tail)
+        return tail[-self.tail_limit :] if self.tail_limit else b""
+
+    def tail_text(self) -> str:
+        tail = self.tail_bytes()
+        if self.truncated:
+            tail = _trim_partial_start(tail)
+        return tail.decode("utf-8", errors="replace")
+
+    def text(self) -> str:
+        """Head and tail as one readable text, with an explicit notice of what was left out."""
+        if not self.truncated:
+            return self.head_text() + self.tail_text()
+        omitted = self.total_bytes - len(self._head) - len(self.tail_bytes())
+        return f"{self.head_text()}\n[... {omitted} bytes omitted ...]\n{self.tail_text()}"
+
+    def summary(self) -> dict:
+        return {
+            "head": self.head_text(),
+            "tail": self.tail_text() if self.total_bytes > self.head_limit else "",
+            "bytes": self.total_bytes,
+            "truncated": self.truncated,
+            "omitted_bytes": max(0, self.total_bytes - len(self._head) - len(self.tail_bytes())),
+            "utf8": self.valid_utf8,
+            "raw_bytes": self.raw_bytes,
+            "raw_truncated": self.raw_truncated,
+        }

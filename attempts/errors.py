@@ -1,0 +1,28 @@
+"""Errors that decide how an attempt ends. Infrastructure errors are never the agent's fault."""
+
+from __future__ import annotations
+
+
+class InfrastructureError(Exception):
+    """Something outside the agent's control broke: the attempt is marked, not failed."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class DockerUnavailable(InfrastructureError):
+    """The Docker daemon could not be reached (worth retrying later)."""
+
+
+class SandboxGone(InfrastructureError):
+    """The attempt's container disappeared or died under it."""
+
+
+class TaskInvalid(Exception):
+    """A task definition that cannot be run; `field` names what to fix."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message

@@ -1,0 +1,75 @@
+import time
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
+
+from attempts.errors import TaskInvalid
+from attempts.models import Attempt, Task
+from attempts.selectors import attempts_summary
+from attempts.services import attempt_create
+
+
+class Command(BaseCommand):
+    help = "Enqueue N attempts at a task with an agent, wait for them and print a summary."
+
+    def add_arguments(self, parser):
+        parser.add_argument("task", help="task slug")
+        parser.add_argument("--agent", default="noop", help="noop, reference or command")
+        parser.add_argument("--command", default="", help="shell command (the command agent)")
+        parser.add_argument(
+            "--file",
+            action="append",
+            default=[],
+            type=Path,
+            dest="files",
+            help="a file for the command agent, copied to $BOLTZ_AGENT_DIR",
+        )
+        parser.add_argument("-n", type=int, default=1, help="number of attempts")
+        parser.add_argument("--no-wait", action="store_true", help="enqueue and return")
+        parser.add_argument(
+            "--timeout",
+            type=float,
+            default=0,
+            help="stop waiting after this many seconds (0: no limit)",
+        )
+
+    def handle(self, *args, task, agent, command, files, n, no_wait, timeout, **options):
+        task_obj = Task.objects.filter(slug=task).first()
+        if task_obj is None:
+            raise CommandError(f"no task {task!r}; load one with `manage.py load_task DIR`")
+        if n < 1:
+            raise CommandError("-n must be at least 1")
+        uploads = {}
+        for path in files:
+            if not path.is_file():
+                raise CommandError(f"--file {path}: not a file")
+            uploads[path.name] = path.read_bytes()
+        try:
+            created = [
+                attempt_create(task=task_obj, agent=agent, command=command, files=uploads)
+                for _ in range(n)
+            ]
+        except TaskInvalid as exc:
+            raise CommandError(f"{exc.field}: {exc.message}") from None
+        ids = [a.pk for a in created]
+        self.stdout.write(
+            f"enqueued {n} attempt(s) of {task_obj.slug} with agent {agent}: "
+            + ", ".join(f"#{a.number}" for a in created)
+        )
+        if no_wait:
+            return
+        started = time.monotonic()
+        with tqdm(total=n, desc=task_obj.slug, unit="attempt", file=self.stderr._out) as bar:
+            done = 0
+            while done < n:
+                if timeout and time.monotonic() - started > timeout:
+                    self.stderr.write("stopped waiting; the attempts go on in the workers")
+                    break
+                time.sleep(0.5)
+                now_done = Attempt.objects.filter(
+                    pk__in=ids, status__in=("finished", "cancelled")
+                ).count()
+                bar.update(now_done - done)
+                done = now_done
+        self.stdout.write(attempts_summary(Attempt.objects.filter(pk__in=ids)))

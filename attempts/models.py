@@ -1,0 +1,232 @@
+"""Boltz's domain: tasks, the attempts made at them, their timelines and check results."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.urls import reverse
+from django.utils import timezone
+
+
+class Task(models.Model):
+    """What an agent is asked to do, where, and how the result is checked."""
+
+    slug = models.SlugField(max_length=100, unique=True)
+    title = models.CharField(max_length=200, blank=True)
+    instruction = models.TextField(help_text="What the agent is told (BOLTZ_INSTRUCTION).")
+    repo_url = models.CharField(
+        "repository", max_length=1000, help_text="A git URL or a path on the worker hosts."
+    )
+    base_ref = models.CharField(max_length=255, default="HEAD", help_text="Branch, tag or commit.")
+    base_commit = models.CharField(max_length=64, help_text="The commit base_ref resolved to.")
+    image = models.CharField(max_length=300, blank=True, help_text="Empty: the default image.")
+    setup_command = models.TextField(blank=True)
+    check_command = models.TextField()
+    # Hidden check files: an uncompressed tar archive, restored over /workspace before the check.
+    check_files = models.BinaryField(blank=True, default=b"", editable=False)
+    check_file_paths = models.JSONField(default=list, blank=True)
+    reference_patch = models.TextField(blank=True)
+
+    setup_timeout = models.FloatField(default=600)
+    agent_timeout = models.FloatField(default=600)
+    check_timeout = models.FloatField(default=600)
+    cpus = models.FloatField(default=1.0)
+    memory_bytes = models.BigIntegerField(default=1024**3)
+    pids_limit = models.PositiveIntegerField(default=512)
+    network = models.BooleanField(default=False, help_text="Off by default: network_mode=none.")
+
+    source_dir = models.CharField(max_length=1000, blank=True, help_text="Loaded from this folder.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    def get_absolute_url(self) -> str:
+        return reverse("attempts:task", args=[self.slug])
+
+    @property
+    def image_name(self) -> str:
+        return self.image or settings.BOLTZ_DEFAULT_IMAGE
+
+
+class Status(models.TextChoices):
+    QUEUED = "queued"
+    STARTING = "starting"
+    RUNNING = "running"
+    CHECKING = "checking"
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+
+
+ACTIVE_STATUSES = (Status.STARTING, Status.RUNNING, Status.CHECKING)
+DONE_STATUSES = (Status.FINISHED, Status.CANCELLED)
+
+
+class Outcome(models.TextChoices):
+    PASSED = "passed"
+    FAILED = "failed"
+    AGENT_TIMEOUT = "agent_timeout", "agent timeout"
+    INFRA_ERROR = "infra_error", "infrastructure error"
+    CANCELLED = "cancelled"
+
+
+# Outcomes that say something about the agent; infrastructure errors and cancellations do not.
+SCORED_OUTCOMES = (Outcome.PASSED, Outcome.FAILED, Outcome.AGENT_TIMEOUT)
+
+
+class SandboxState(models.TextChoices):
+    NONE = "none", "not created"
+    LIVE = "live"
+    STOPPED = "stopped", "stopped and kept"
+    DELETED = "deleted"
+
+
+class Attempt(models.Model):
+    """One sandbox lifecycle for one task: start, work, check, review."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    agent = models.CharField(max_length=100, help_text="noop, reference, command, or a label.")
+    agent_command = models.TextField(blank=True)
+    agent_files = models.JSONField(
+        default=list, blank=True, help_text="Storage names of files uploaded for the agent."
+    )
+
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices, blank=True)
+    failure_reason = models.TextField(blank=True)
+    score = models.FloatField(null=True, blank=True)
+
+    host = models.CharField(max_length=255, blank=True)
+    container_id = models.CharField(max_length=128, blank=True)
+    image = models.CharField(max_length=300, blank=True)
+    sandbox_state = models.CharField(
+        max_length=16, choices=SandboxState.choices, default=SandboxState.NONE
+    )
+    base_commit = models.CharField(max_length=64, blank=True)
+
+    diff = models.TextField(blank=True)
+    diff_truncated = models.BooleanField(default=False)
+    diff_bytes = models.BigIntegerField(default=0)
+    diff_file = models.CharField(max_length=500, blank=True, help_text="Raw patch in storage.")
+
+    timings = models.JSONField(default=dict, blank=True, help_text="Seconds per stage.")
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["task", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "number"], name="attempt_number_per_task"),
+        ]
+        indexes = [models.Index(fields=["status"]), models.Index(fields=["task", "outcome"])]
+
+    def __str__(self) -> str:
+        return f"{self.task.slug} #{self.number}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("attempts:attempt", args=[self.pk])
+
+    @property
+    def is_done(self) -> bool:
+        return self.status in DONE_STATUSES
+
+    @property
+    def duration(self) -> float | None:
+        if self.started_at and self.finished_at:
+            return (self.finished_at - self.started_at).total_seconds()
+        return None
+
+
+class EventKind(models.TextChoices):
+    LIFECYCLE = "lifecycle"
+    EXEC = "exec"
+    OUTPUT = "output"
+    FILE = "file"
+    MESSAGE = "message"
+    CHECK = "check"
+    ERROR = "error"
+
+
+class Actor(models.TextChoices):
+    SYSTEM = "system"
+    AGENT = "agent"
+    REVIEWER = "reviewer"
+
+
+class Event(models.Model):
+    """One entry of an attempt's session timeline."""
+
+    attempt = models.ForeignKey(Attempt, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    time = models.DateTimeField(default=timezone.now)
+    kind = models.CharField(max_length=16, choices=EventKind.choices)
+    actor = models.CharField(max_length=16, choices=Actor.choices, default=Actor.SYSTEM)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["attempt", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["attempt", "seq"], name="event_seq_per_attempt"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.attempt_id}:{self.seq} {self.kind}"
+
+
+class CheckResult(models.Model):
+    """The outcome of running a task's check against an attempt's files."""
+
+    class Source(models.TextChoices):
+        REWARD_FILE = "reward_file", "reward file"
+        JUNIT = "junit", "JUnit XML"
+        EXIT_CODE = "exit_code", "exit code"
+
+    attempt = models.ForeignKey(Attempt, on_delete=models.CASCADE, related_name="checks")
+    passed = models.BooleanField()
+    score = models.FloatField()
+    source = models.CharField(max_length=16, choices=Source.choices)
+    exit_code = models.IntegerField(null=True, blank=True)
+    timed_out = models.BooleanField(default=False)
+    duration = models.FloatField(default=0)
+    output = models.TextField(blank=True, help_text="Head and tail of the check's output.")
+    output_truncated = models.BooleanField(default=False)
+    junit_xml = models.TextField(blank=True)
+    reward = models.JSONField(null=True, blank=True)
+    tests_total = models.PositiveIntegerField(default=0)
+    tests_passed = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["attempt", "created_at", "pk"]
+
+    def __str__(self) -> str:
+        return f"check of {self.attempt_id}: {'passed' if self.passed else 'failed'}"
+
+
+class TestOutcome(models.Model):
+    """One test's result within a check (from JUnit XML)."""
+
+    class Result(models.TextChoices):
+        PASSED = "passed"
+        FAILED = "failed"
+        ERROR = "error"
+        SKIPPED = "skipped"
+
+    check_result = models.ForeignKey(CheckResult, on_delete=models.CASCADE, related_name="tests")
+    name = models.CharField(max_length=1000)
+    outcome = models.CharField(max_length=16, choices=Result.choices)
+    duration = models.FloatField(default=0)
+    message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["check_result", "name"]
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.outcome}"

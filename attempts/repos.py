@@ -1,0 +1,167 @@
+"""Task repositories on a worker host: a mirror cache, ref resolution, workspace archives.
+
+A repository is a git URL or a path on the worker host. Each is mirrored once under
+BOLTZ_DATA_DIR/repos and fetched again only when a commit is missing, so the sandbox never
+needs network: its /workspace arrives as a tar archive made here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+from django.conf import settings
+
+from .errors import TaskInvalid
+
+SHA_RE = re.compile(r"^[0-9a-f]{7,64}$")
+# Fixed identity and dates, so a folder committed twice gives the same commit id.
+_COMMIT_ENV = {
+    "GIT_AUTHOR_NAME": "Boltz",
+    "GIT_AUTHOR_EMAIL": "boltz@localhost",
+    "GIT_COMMITTER_NAME": "Boltz",
+    "GIT_COMMITTER_EMAIL": "boltz@localhost",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
+}
+
+
+class GitError(RuntimeError):
+    pass
+
+
+def git(
+    *args: str, cwd: Path | str | None = None, env: dict | None = None, timeout: float = 600
+) -> str:
+    full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})}
+    try:
+        proc = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            env=full_env,
+            capture_output=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        raise GitError(f"git {args[0]} took longer than {timeout:.0f}s") from None
+    if proc.returncode != 0:
+        message = proc.stderr.decode("utf-8", errors="replace").strip()
+        raise GitError(message.splitlines()[-1] if message else f"git {args[0]} failed")
+    return proc.stdout.decode("utf-8", errors="replace")
+
+
+def is_local(url: str) -> bool:
+    return "://" not in url and not re.match(r"^[\w.-]+@[\w.-]+:", url)
+
+
+def mirror_path(url: str) -> Path:
+    key = hashlib.sha256(url.encode()).hexdigest()[:16]
+    name = re.sub(r"[^\w.-]+", "-", url.rstrip("/").rsplit("/", 1)[-1])[:40] or "repo"
+    return settings.BOLTZ_REPO_CACHE / f"{name}-{key}.git"
+
+
+def ensure_mirror(url: str, *, refresh: bool = False) -> Path:
+    """A bare mirror of `url` in the cache; raises TaskInvalid('repository') if unreachable."""
+    if is_local(url):
+        path = Path(url)
+        if not path.exists():
+            raise TaskInvalid("repository", f"{url} does not exist on this host")
+        try:
+            git("rev-parse", "--git-dir", cwd=path)
+        except GitError:
+            raise TaskInvalid("repository", f"{url} is not a git repository") from None
+    mirror = mirror_path(url)
+    try:
+        if not mirror.exists():
+            mirror.parent.mkdir(parents=True, exist_ok=True)
+            scratch = Path(tempfile.mkdtemp(prefix="clone-", dir=mirror.parent))
+            try:
+                git("clone", "--mirror", "--quiet", "--", url, str(scratch / "m.git"))
+                os.replace(scratch / "m.git", mirror)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+        elif refresh:
+            git("remote", "update", "--prune", cwd=mirror)
+    except GitError as exc:
+        raise TaskInvalid("repository", f"could not clone {url}: {exc}") from None
+    return mirror
+
+
+def resolve_ref(url: str, ref: str) -> str:
+    """The commit id `ref` names in `url`; raises TaskInvalid('ref') if there is none."""
+    ref = ref or "HEAD"
+    if ref.startswith("-"):
+        raise TaskInvalid("ref", f"{ref!r} is not a ref name")
+    mirror = ensure_mirror(url, refresh=True)
+    try:
+        return git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", cwd=mirror).strip()
+    except GitError:
+        raise TaskInvalid("ref", f"{ref!r} does not exist in {url}") from None
+
+
+def commit_folder(folder: Path, repo: Path) -> str:
+    """Make `repo` a git repository holding exactly `folder`'s files as one commit."""
+    if repo.exists():
+        shutil.rmtree(repo)
+    shutil.copytree(folder, repo, symlinks=True)
+    git("init", "--quiet", "--initial-branch=main", cwd=repo)
+    git("add", "--all", "--force", cwd=repo)
+    git(
+        "commit",
+        "--quiet",
+        "--no-verify",
+        "--allow-empty",
+        "-m",
+        "Task repository",
+        cwd=repo,
+        env=_COMMIT_ENV,
+    )
+    return git("rev-parse", "HEAD", cwd=repo).strip()
+
+
+def _chown_to_sandbox(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 1000
+    info.uname = info.gname = "sandbox"
+    return info
+
+
+def workspace_archive(url: str, commit: str, dest: Path) -> Path:
+    """A tar at `dest` holding `workspace/`: a clone of `url` with all history, at `commit`."""
+    mirror = ensure_mirror(url)
+    try:
+        git("cat-file", "-e", f"{commit}^{{commit}}", cwd=mirror)
+    except GitError:
+        mirror = ensure_mirror(url, refresh=True)
+    with tempfile.TemporaryDirectory(prefix="workspace-", dir=settings.DATA_DIR) as scratch:
+        tree = Path(scratch) / "workspace"
+        try:
+            git("clone", "--quiet", "--no-checkout", "--no-hardlinks", str(mirror), str(tree))
+            git("checkout", "--quiet", "--detach", commit, cwd=tree)
+            git("remote", "set-url", "origin", url, cwd=tree)
+        except GitError as exc:
+            raise TaskInvalid("ref", f"commit {commit} could not be checked out: {exc}") from None
+        with tarfile.open(dest, "w") as tar:
+            tar.add(tree, arcname="workspace", filter=_chown_to_sandbox)
+    return dest
+
+
+def tar_folder(folder: Path, *, prefix: str = "") -> tuple[bytes, list[str]]:
+    """An uncompressed tar of a folder's files (owned by the sandbox user) and their paths."""
+    buffer = io.BytesIO()
+    paths: list[str] = []
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for path in sorted(folder.rglob("*")):
+            rel = path.relative_to(folder).as_posix()
+            if path.is_symlink() or not (path.is_file() or path.is_dir()):
+                raise TaskInvalid("check_files", f"{rel} is not a regular file or folder")
+            tar.add(path, arcname=prefix + rel, recursive=False, filter=_chown_to_sandbox)
+            if path.is_file():
+                paths.append(rel)
+    return buffer.getvalue(), paths

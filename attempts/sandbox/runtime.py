@@ -1,0 +1,378 @@
+"""The Docker runtime: the only module in Boltz that imports `docker`.
+
+Everything Boltz does to a container goes through `Sandbox` or the module functions here, and
+every Docker failure leaves as an `InfrastructureError` subclass, never as a docker exception.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import logging
+import queue
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import docker
+import docker.errors
+import requests.exceptions
+from django.conf import settings
+
+from attempts.errors import DockerUnavailable, InfrastructureError, SandboxGone
+
+log = logging.getLogger(__name__)
+
+SANDBOX_UID = 1000
+LABEL_ATTEMPT = "boltz.attempt"
+LABEL_HOST = "boltz.host"
+LABEL_INSTANCE = "boltz.instance"
+# Seconds past a command's own timeout before the host steps in and kills every process.
+HOST_GRACE = 5.0
+
+_client_lock = threading.Lock()
+_client: docker.DockerClient | None = None
+
+
+def _translate(exc: Exception) -> InfrastructureError:
+    if isinstance(exc, docker.errors.NotFound):
+        return SandboxGone(f"Docker object not found: {exc.explanation or exc}")
+    if isinstance(exc, requests.exceptions.ConnectionError | docker.errors.DockerException):
+        if isinstance(exc, docker.errors.APIError) and exc.status_code and exc.status_code < 500:
+            return InfrastructureError(f"Docker refused the request: {exc.explanation or exc}")
+        return DockerUnavailable(f"Docker daemon unreachable or failing: {exc}")
+    return InfrastructureError(f"Docker call failed: {exc!r}")
+
+
+def docker_call(func):
+    """Run a Docker operation, turning every Docker or transport error into ours."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except InfrastructureError:
+            raise
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise _translate(exc) from exc
+
+    return wrapper
+
+
+@docker_call
+def client() -> docker.DockerClient:
+    global _client
+    with _client_lock:
+        if _client is None:
+            _client = docker.from_env(timeout=120)
+        return _client
+
+
+@docker_call
+def ping() -> None:
+    """Raise DockerUnavailable unless the daemon answers."""
+    try:
+        client().ping()
+    except InfrastructureError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure to answer is the daemon's
+        raise DockerUnavailable(f"Docker daemon unreachable: {exc}") from exc
+
+
+@docker_call
+def image_exists(name: str) -> bool:
+    try:
+        client().images.get(name)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+@docker_call
+def image_labels(name: str) -> dict[str, str] | None:
+    try:
+        image = client().images.get(name)
+    except docker.errors.ImageNotFound:
+        return None
+    return dict(image.labels or {})
+
+
+@docker_call
+def import_image(tar_path: str, *, repository: str, tag: str, changes: list[str]) -> str:
+    """`docker import` a root filesystem tarball with Dockerfile-style changes."""
+    result = client().api.import_image_from_file(
+        tar_path, repository=repository, tag=tag, changes=changes
+    )
+    return str(result)
+
+
+@docker_call
+def list_image_names() -> list[str]:
+    return sorted(tag for image in client().images.list() for tag in image.tags)
+
+
+def container_labels(attempt_id: int) -> dict[str, str]:
+    return {
+        LABEL_ATTEMPT: str(attempt_id),
+        LABEL_HOST: settings.BOLTZ_HOST,
+        LABEL_INSTANCE: settings.BOLTZ_INSTANCE,
+    }
+
+
+@docker_call
+def list_sandboxes(*, all_hosts: bool = False) -> list[dict]:
+    """Containers made by this Boltz instance (on this host unless all_hosts)."""
+    filters = {"label": [f"{LABEL_INSTANCE}={settings.BOLTZ_INSTANCE}"]}
+    if not all_hosts:
+        filters["label"].append(f"{LABEL_HOST}={settings.BOLTZ_HOST}")
+    return [
+        {"id": c.id, "name": c.name, "status": c.status, "labels": dict(c.labels)}
+        for c in client().containers.list(all=True, filters=filters)
+    ]
+
+
+@docker_call
+def remove_container(container_id: str) -> bool:
+    """Kill and remove a container; True if it existed."""
+    try:
+        client().containers.get(container_id).remove(force=True, v=True)
+    except docker.errors.NotFound:
+        return False
+    return True
+
+
+@docker_call
+def inspect_container(container_id: str) -> dict | None:
+    try:
+        return client().api.inspect_container(container_id)
+    except docker.errors.NotFound:
+        return None
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """Everything needed to create one attempt's container."""
+
+    attempt_id: int
+    image: str
+    cpus: float
+    memory_bytes: int
+    pids_limit: int
+    network: bool = False
+    environment: dict[str, str] | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{settings.BOLTZ_INSTANCE}-{settings.BOLTZ_HOST}-attempt-{self.attempt_id}"
+
+
+@dataclass
+class ExecResult:
+    exit_code: int | None
+    timed_out: bool
+    duration: float
+    killed_by_host: bool = False
+
+
+class Sandbox:
+    """One attempt's container. Created stopped; `start()` runs it; `stop()` keeps it."""
+
+    def __init__(self, container_id: str):
+        self.id = container_id
+
+    @classmethod
+    @docker_call
+    def create(cls, spec: SandboxSpec) -> Sandbox:
+        docker_client = client()
+        with contextlib.suppress(docker.errors.NotFound):
+            # A stale container of the same name (an earlier delivery of this attempt) goes.
+            docker_client.containers.get(spec.name).remove(force=True, v=True)
+        try:
+            docker_client.images.get(spec.image)
+        except docker.errors.ImageNotFound:
+            raise InfrastructureError(
+                f"image {spec.image!r} is not on host {settings.BOLTZ_HOST}"
+            ) from None
+        container = docker_client.containers.create(
+            spec.image,
+            command=["sleep", "infinity"],
+            name=spec.name,
+            hostname="sandbox",
+            user=f"{SANDBOX_UID}:{SANDBOX_UID}",
+            working_dir="/workspace",
+            environment=spec.environment or {},
+            network_mode=settings.BOLTZ_SANDBOX_NETWORK if spec.network else "none",
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            mem_limit=spec.memory_bytes,
+            memswap_limit=spec.memory_bytes,
+            nano_cpus=int(spec.cpus * 1e9),
+            pids_limit=spec.pids_limit,
+            init=True,
+            labels=container_labels(spec.attempt_id),
+            detach=True,
+        )
+        return cls(container.id)
+
+    @docker_call
+    def start(self) -> None:
+        client().api.start(self.id)
+
+    @docker_call
+    def stop(self, timeout: int = 2) -> None:
+        with contextlib.suppress(docker.errors.NotFound):
+            client().api.stop(self.id, timeout=timeout)
+
+    @docker_call
+    def kill_all_processes(self) -> None:
+        """End every process in the sandbox (escaped daemons included); files stay as they are."""
+        api = client().api
+        with contextlib.suppress(docker.errors.APIError):
+            api.kill(self.id)
+        api.wait(self.id, timeout=30)
+        api.start(self.id)
+
+    @docker_call
+    def state(self) -> dict:
+        try:
+            return client().api.inspect_container(self.id)["State"]
+        except docker.errors.NotFound:
+            raise SandboxGone(f"container {self.id[:12]} no longer exists") from None
+
+    def ensure_running(self) -> None:
+        state = self.state()
+        if not state.get("Running"):
+            detail = (
+                "out of memory" if state.get("OOMKilled") else f"exit code {state.get('ExitCode')}"
+            )
+            raise SandboxGone(f"container {self.id[:12]} is not running ({detail})")
+
+    @docker_call
+    def put_archive(self, path: str, data) -> None:
+        if not client().api.put_archive(self.id, path, data):
+            raise InfrastructureError(f"could not copy files into {path} in the sandbox")
+
+    @docker_call
+    def get_archive(self, path: str) -> Iterator[bytes] | None:
+        """The tar stream of `path` in the container, or None if it does not exist."""
+        try:
+            stream, _stat = client().api.get_archive(self.id, path)
+        except docker.errors.NotFound as exc:
+            if "No such container" in str(exc):
+                raise SandboxGone(f"container {self.id[:12]} no longer exists") from None
+            return None
+        return stream
+
+    def read_files(self, path: str, *, max_bytes: int) -> dict[str, bytes]:
+        """Regular files under `path` (name relative to it -> content, each capped)."""
+        stream = self.get_archive(path)
+        if stream is None:
+            return {}
+        buffer = io.BytesIO()
+        for chunk in stream:
+            buffer.write(chunk)
+            if buffer.tell() > max_bytes * 8:
+                break
+        buffer.seek(0)
+        files: dict[str, bytes] = {}
+        with contextlib.suppress(tarfile.TarError), tarfile.open(fileobj=buffer, mode="r|*") as tar:
+            for member in tar:
+                if not member.isfile():
+                    continue
+                name = member.name.split("/", 1)[1] if "/" in member.name else member.name
+                handle = tar.extractfile(member)
+                if handle is not None:
+                    files[name] = handle.read(max_bytes)
+        return files
+
+    @docker_call
+    def exec(
+        self,
+        command: list[str],
+        *,
+        timeout: float,
+        on_output: Callable[[str, bytes], None],
+        on_tick: Callable[[], None] | None = None,
+        user: str = f"{SANDBOX_UID}:{SANDBOX_UID}",
+        workdir: str = "/workspace",
+        environment: dict[str, str] | None = None,
+    ) -> ExecResult:
+        """Run a command with a hard timeout, streaming (stream, bytes) to on_output.
+
+        The command runs under coreutils `timeout`, which signals its whole process group
+        (TERM, then KILL two seconds later). If output is still open past the timeout plus a
+        grace (a process escaped the group and holds the pipe), the host kills every process
+        in the sandbox. `on_tick` is called at least twice a second while the command runs.
+        """
+        api = client().api
+        wrapped = ["timeout", "-s", "TERM", "-k", "2", f"{max(timeout, 0.1):.1f}", *command]
+        exec_id = api.exec_create(
+            self.id,
+            wrapped,
+            stdout=True,
+            stderr=True,
+            user=user,
+            workdir=workdir,
+            environment=environment or {},
+        )["Id"]
+        started = time.monotonic()
+        chunks: queue.Queue = queue.Queue()
+        reader_error: list[BaseException] = []
+
+        def read() -> None:
+            try:
+                for stdout, stderr in api.exec_start(exec_id, stream=True, demux=True):
+                    if stdout:
+                        chunks.put(("stdout", stdout))
+                    if stderr:
+                        chunks.put(("stderr", stderr))
+            except BaseException as exc:  # noqa: BLE001 - reported to the caller below
+                reader_error.append(exc)
+            finally:
+                chunks.put(None)
+
+        reader = threading.Thread(target=read, name=f"exec-{exec_id[:8]}", daemon=True)
+        reader.start()
+        killed_by_host = False
+        hard_deadline = started + timeout + HOST_GRACE
+        while True:
+            remaining = hard_deadline - time.monotonic()
+            if remaining <= 0 and not killed_by_host:
+                log.warning("exec %s outlived its timeout; killing all sandbox processes", exec_id)
+                killed_by_host = True
+                self.kill_all_processes()
+                continue
+            try:
+                item = chunks.get(timeout=min(0.5, max(remaining, 0.05)))
+            except queue.Empty:
+                if on_tick:
+                    on_tick()
+                if killed_by_host and time.monotonic() > hard_deadline + 30:
+                    raise SandboxGone(
+                        "the sandbox did not stop a command that outlived its timeout"
+                    ) from None
+                continue
+            if item is None:
+                break
+            on_output(*item)
+            if on_tick:
+                on_tick()
+        reader.join(timeout=5)
+        duration = time.monotonic() - started
+        if reader_error:
+            exc = reader_error[0]
+            if isinstance(
+                exc, docker.errors.DockerException | requests.exceptions.RequestException
+            ):
+                raise _translate(exc)
+            raise InfrastructureError(f"reading command output failed: {exc!r}")
+        exit_code = api.exec_inspect(exec_id).get("ExitCode")
+        if not killed_by_host:
+            self.ensure_running()
+        # `timeout` exits 124 (TERM worked) or 137 (KILL needed); an agent's own 124 that came
+        # early is not a timeout.
+        timed_out = killed_by_host or (exit_code in (124, 137) and duration >= timeout - 0.5)
+        return ExecResult(exit_code, timed_out, duration, killed_by_host)

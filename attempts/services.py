@@ -1,0 +1,83 @@
+"""Writes that the command line, the pages and (later) the API share: keyword-only services."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+
+from . import agents
+from .errors import TaskInvalid
+from .models import Actor, Attempt, EventKind, Task
+from .timeline import Timeline
+
+MAX_AGENT_FILES_BYTES = 64 * 1024 * 1024
+
+
+def attempt_create(
+    *,
+    task: Task,
+    agent: str,
+    command: str = "",
+    files: dict[str, bytes] | None = None,
+    queue: str | None = None,
+) -> Attempt:
+    """Create a queued attempt and enqueue it once the transaction commits."""
+    agents.validate_agent(task, agent, command)
+    files = files or {}
+    if sum(len(d) for d in files.values()) > MAX_AGENT_FILES_BYTES:
+        raise TaskInvalid("files", f"agent files may add up to {MAX_AGENT_FILES_BYTES} bytes")
+    for _ in range(5):
+        try:
+            with transaction.atomic():
+                number = (task.attempts.aggregate(m=Max("number"))["m"] or 0) + 1
+                attempt = Attempt.objects.create(
+                    task=task, number=number, agent=agent, agent_command=command
+                )
+                break
+        except IntegrityError:  # two creators took the same number: take the next one
+            continue
+    else:
+        raise RuntimeError(f"could not number a new attempt of {task.slug}")
+    if files:
+        stored = []
+        for name, data in files.items():
+            storage = default_storage.save(f"attempts/{attempt.pk}/agent/{name}", ContentFile(data))
+            stored.append({"name": name, "storage": storage, "bytes": len(data)})
+        attempt.agent_files = stored
+        attempt.save(update_fields=["agent_files"])
+    Timeline(attempt.pk).add(
+        EventKind.LIFECYCLE,
+        actor=Actor.SYSTEM,
+        status="queued",
+        message=f"queued with agent {agent}",
+        agent=agent,
+        command=command,
+        files=sorted(files),
+    )
+    attempt_enqueue(attempt=attempt, queue=queue)
+    return attempt
+
+
+def attempt_enqueue(*, attempt: Attempt, queue: str | None = None) -> None:
+    """Send the attempt to the workers after commit, so no worker sees an uncommitted row."""
+    from .runner import attempt_budget
+    from .tasks import run_attempt
+
+    budget = attempt_budget(attempt)
+    target = queue or settings.BOLTZ_QUEUE
+    transaction.on_commit(
+        lambda: run_attempt.apply_async(
+            args=[attempt.pk],
+            queue=target,
+            soft_time_limit=budget,
+            time_limit=budget * 1.2 + 60,
+        )
+    )
+
+
+def host_queue(host: str) -> str:
+    """The queue that only the worker of `host` consumes (operations on its live sandboxes)."""
+    return f"{settings.BOLTZ_QUEUE}.host.{host}"

@@ -1,0 +1,204 @@
+"""Task directories: a folder with task.toml, the repository (or its URL), hidden check files
+and an optional reference patch, loaded into a Task. See docs/TASKS.md for the format.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import tomllib
+from pathlib import Path, PurePosixPath
+
+from django.conf import settings
+from django.db import transaction
+from django.utils.text import slugify
+
+from . import repos
+from .env_values import parse_bytes, parse_seconds
+from .errors import TaskInvalid
+from .models import Task
+from .sandbox import runtime
+
+TASK_FILE = "task.toml"
+CHECK_FOLDER = "check"
+REFERENCE_FILE = "solution.patch"
+INSTRUCTION_FILE = "instruction.md"
+MAX_CHECK_FILES_BYTES = 64 * 1024 * 1024
+
+_TOP_KEYS = {"slug", "title", "instruction", "image", "setup", "check", "repository", "limits"}
+_REPO_KEYS = {"path", "url", "ref"}
+_LIMIT_KEYS = {
+    "agent_timeout",
+    "check_timeout",
+    "setup_timeout",
+    "cpus",
+    "memory",
+    "pids",
+    "network",
+}
+
+
+def _unknown(table: dict, allowed: set[str], where: str) -> None:
+    extra = sorted(set(table) - allowed)
+    if extra:
+        raise TaskInvalid(
+            f"{where}{extra[0]}", f"unknown key; expected one of {', '.join(sorted(allowed))}"
+        )
+
+
+def _limit(limits: dict, key: str, parse, default):
+    if key not in limits:
+        return default
+    try:
+        value = parse(limits[key])
+    except (TypeError, ValueError) as exc:
+        raise TaskInvalid(f"limits.{key}", str(exc)) from None
+    if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
+        raise TaskInvalid(f"limits.{key}", "must be greater than zero")
+    return value
+
+
+def _check_paths_safe(paths: list[str]) -> None:
+    for path in paths:
+        pure = PurePosixPath(path)
+        if pure.is_absolute() or ".." in pure.parts:
+            raise TaskInvalid("check_files", f"{path} must stay inside the repository")
+
+
+def read_task_dir(directory: Path) -> dict:
+    """Parse and validate a task directory into Task field values (nothing saved)."""
+    directory = directory.resolve()
+    toml_path = directory / TASK_FILE
+    if not toml_path.is_file():
+        raise TaskInvalid("task.toml", f"{toml_path} not found")
+    try:
+        spec = tomllib.loads(toml_path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise TaskInvalid("task.toml", f"not valid TOML: {exc}") from None
+    _unknown(spec, _TOP_KEYS, "")
+    repo = spec.get("repository", {})
+    limits = spec.get("limits", {})
+    if not isinstance(repo, dict):
+        raise TaskInvalid("repository", "must be a table with path or url, and ref")
+    if not isinstance(limits, dict):
+        raise TaskInvalid("limits", "must be a table")
+    _unknown(repo, _REPO_KEYS, "repository.")
+    _unknown(limits, _LIMIT_KEYS, "limits.")
+
+    slug = slugify(str(spec.get("slug") or directory.name))
+    if not slug:
+        raise TaskInvalid("slug", "must contain letters or digits")
+    instruction = spec.get("instruction")
+    if instruction is None and (directory / INSTRUCTION_FILE).is_file():
+        instruction = (directory / INSTRUCTION_FILE).read_text()
+    if not isinstance(instruction, str) or not instruction.strip():
+        raise TaskInvalid(
+            "instruction", f"give an instruction in {TASK_FILE} or {INSTRUCTION_FILE}"
+        )
+    check = spec.get("check")
+    if not isinstance(check, str) or not check.strip():
+        raise TaskInvalid("check", "the check command must not be empty")
+    setup = spec.get("setup", "")
+    if not isinstance(setup, str):
+        raise TaskInvalid("setup", "must be a shell command (a string)")
+
+    # The repository: a URL, a path on this host, or a folder of the task (git or plain files).
+    if "url" in repo and "path" in repo:
+        raise TaskInvalid("repository", "give either url or path, not both")
+    ref = str(repo.get("ref", "HEAD"))
+    if "url" in repo:
+        repo_url = str(repo["url"])
+    else:
+        path = Path(str(repo.get("path", "repo")))
+        path = path if path.is_absolute() else directory / path
+        if not path.is_dir():
+            raise TaskInvalid("repository.path", f"{path} does not exist")
+        if (path / ".git").exists():
+            repo_url = str(path)
+        else:  # plain files: they become a repository with one commit
+            if "ref" in repo and ref not in ("HEAD", "main"):
+                raise TaskInvalid("repository.ref", "a plain folder has only HEAD (main)")
+            target = settings.DATA_DIR / "task-repos" / slug
+            repos.commit_folder(path, target)
+            repo_url = str(target)
+    try:
+        base_commit = repos.resolve_ref(repo_url, ref)
+    except TaskInvalid as exc:
+        field = "repository.ref" if exc.field == "ref" else "repository"
+        raise TaskInvalid(field, exc.message) from None
+
+    image = str(spec.get("image", ""))
+    image_name = image or settings.BOLTZ_DEFAULT_IMAGE
+    if not runtime.image_exists(image_name):
+        hint = (
+            "run `python manage.py build_image`"
+            if image_name == settings.BOLTZ_DEFAULT_IMAGE
+            else "build or `docker import` it on every worker host"
+        )
+        raise TaskInvalid("image", f"{image_name} is not on this Docker host ({hint})")
+
+    check_files, check_paths = b"", []
+    check_dir = directory / CHECK_FOLDER
+    if check_dir.is_dir():
+        check_files, check_paths = repos.tar_folder(check_dir, prefix="workspace/")
+        _check_paths_safe(check_paths)
+        if len(check_files) > MAX_CHECK_FILES_BYTES:
+            raise TaskInvalid("check_files", f"more than {MAX_CHECK_FILES_BYTES} bytes")
+
+    reference = ""
+    if (directory / REFERENCE_FILE).is_file():
+        reference = (directory / REFERENCE_FILE).read_text()
+
+    values = {
+        "slug": slug,
+        "title": str(spec.get("title", "")) or slug,
+        "instruction": instruction,
+        "repo_url": repo_url,
+        "base_ref": ref,
+        "base_commit": base_commit,
+        "image": image,
+        "setup_command": setup,
+        "check_command": check,
+        "check_files": check_files,
+        "check_file_paths": check_paths,
+        "reference_patch": reference,
+        "agent_timeout": _limit(limits, "agent_timeout", parse_seconds, 600.0),
+        "check_timeout": _limit(limits, "check_timeout", parse_seconds, 600.0),
+        "setup_timeout": _limit(limits, "setup_timeout", parse_seconds, 600.0),
+        "cpus": _limit(limits, "cpus", float, 1.0),
+        "memory_bytes": _limit(limits, "memory", parse_bytes, 1024**3),
+        "pids_limit": _limit(limits, "pids", int, 512),
+        "network": _limit(limits, "network", _parse_bool, False),
+        "source_dir": str(directory),
+    }
+    if reference:
+        _check_reference_applies(values)
+    return values
+
+
+def _parse_bool(value) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ValueError(f"{value!r}: expected true or false")
+
+
+def _check_reference_applies(values: dict) -> None:
+    with tempfile.TemporaryDirectory(dir=settings.DATA_DIR) as scratch:
+        tree = Path(scratch) / "tree"
+        mirror = repos.ensure_mirror(values["repo_url"])
+        repos.git("clone", "--quiet", "--no-checkout", str(mirror), str(tree))
+        repos.git("checkout", "--quiet", "--detach", values["base_commit"], cwd=tree)
+        patch = Path(scratch) / "reference.patch"
+        patch.write_text(values["reference_patch"])
+        try:
+            repos.git("apply", "--check", str(patch), cwd=tree)
+        except repos.GitError as exc:
+            raise TaskInvalid(
+                "reference", f"{REFERENCE_FILE} does not apply to the base ref: {exc}"
+            ) from None
+
+
+@transaction.atomic
+def load_task_dir(directory: Path) -> tuple[Task, bool]:
+    """Create or update the task a directory describes. Returns (task, created)."""
+    values = read_task_dir(directory)
+    return Task.objects.update_or_create(slug=values.pop("slug"), defaults=values)

@@ -1,0 +1,47 @@
+"""Writing an attempt's session timeline: events with a per-attempt `seq`, safe under replays."""
+
+from __future__ import annotations
+
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+
+from .models import Actor, Event
+
+# What any single event keeps of a free text, so one event never outgrows a row.
+MAX_TEXT = 64 * 1024
+
+
+def clip(text: str, limit: int = MAX_TEXT) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[... {len(text) - limit} characters cut from this event ...]"
+
+
+class Timeline:
+    """Appends events to one attempt's timeline, numbering them 1, 2, 3, ..."""
+
+    def __init__(self, attempt_id: int):
+        self.attempt_id = attempt_id
+        self._next: int | None = None
+
+    def _reload(self) -> int:
+        top = Event.objects.filter(attempt_id=self.attempt_id).aggregate(m=Max("seq"))["m"]
+        return (top or 0) + 1
+
+    def add(self, kind: str, actor: str = Actor.SYSTEM, **data) -> Event:
+        for _ in range(10):
+            if self._next is None:
+                self._next = self._reload()
+            seq = self._next
+            try:
+                with transaction.atomic():
+                    event = Event.objects.create(
+                        attempt_id=self.attempt_id, seq=seq, kind=kind, actor=actor, data=data
+                    )
+            except IntegrityError:
+                # Someone else (the API, a reviewer) wrote this seq first: read the top again.
+                self._next = None
+                continue
+            self._next = seq + 1
+            return event
+        raise RuntimeError(f"could not append to the timeline of attempt {self.attempt_id}")

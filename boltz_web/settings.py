@@ -1,0 +1,145 @@
+"""Boltz settings: one module, read from the environment (see the README's settings table)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from attempts.env_values import env_bool, env_bytes, env_int, env_seconds, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEBUG = env_bool("BOLTZ_DEBUG", False)
+SECRET_KEY = env_str("BOLTZ_SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG and env_bool("BOLTZ_REQUIRE_SECRET_KEY", False):
+        raise ImproperlyConfigured("BOLTZ_SECRET_KEY must be set")
+    SECRET_KEY = "boltz-insecure-development-key-set-BOLTZ_SECRET_KEY-in-production"
+ALLOWED_HOSTS = [
+    h.strip()
+    for h in env_str("BOLTZ_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",")
+    if h.strip()
+]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "attempts",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "boltz_web.urls"
+WSGI_APPLICATION = "boltz_web.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Storage -------------------------------------------------------------------------------
+DATA_DIR = Path(env_str("BOLTZ_DATA_DIR", str(BASE_DIR / ".data"))).resolve()
+MEDIA_ROOT = DATA_DIR / "files"
+MEDIA_URL = "/files/"
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "static"
+
+# --- Database: SQLite by default, anything dj-database-url knows through DATABASE_URL --------
+_database_url = env_str("DATABASE_URL", "")
+if _database_url:
+    try:
+        DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=60)}
+    except Exception as exc:  # noqa: BLE001 - dj-database-url raises several kinds
+        raise ImproperlyConfigured(f"DATABASE_URL could not be parsed: {exc}") from None
+else:
+    _sqlite_path = Path(env_str("BOLTZ_SQLITE_PATH", str(DATA_DIR / "boltz.sqlite3")))
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": _sqlite_path,
+            # The web process, the CLI and workers write to one file: WAL lets readers go on
+            # while a writer writes, IMMEDIATE takes the write lock up front (no upgrade
+            # deadlocks), and the timeout waits for it instead of failing at once.
+            "OPTIONS": {
+                "timeout": 30,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+            "TEST": {"NAME": env_str("BOLTZ_TEST_SQLITE_PATH", str(DATA_DIR / "test.sqlite3"))},
+        }
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+AUTH_PASSWORD_VALIDATORS = []
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+LOGIN_URL = "/admin/login/"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"attempts": {"handlers": ["console"], "level": env_str("BOLTZ_LOG_LEVEL", "INFO")}},
+}
+
+# --- Celery ----------------------------------------------------------------------------------
+CELERY_BROKER_URL = env_str("BOLTZ_REDIS_URL", "redis://127.0.0.1:6379/0")
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = False  # a lost worker's attempt is marked by the reaper
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Longer than any attempt, or Redis would hand a running attempt to a second worker.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("BOLTZ_VISIBILITY_TIMEOUT", 43200)}
+CELERY_TASK_DEFAULT_QUEUE = env_str("BOLTZ_QUEUE", "boltz")
+
+# --- Boltz -----------------------------------------------------------------------------------
+BOLTZ_HOST = env_str("BOLTZ_HOST", socket.gethostname())
+# Attempts that may run on any host wait here; operations on a live sandbox go to
+# the queue of the host that owns it: f"{BOLTZ_QUEUE}.host.{host}".
+BOLTZ_QUEUE = CELERY_TASK_DEFAULT_QUEUE
+BOLTZ_MAX_SANDBOXES = env_int("BOLTZ_MAX_SANDBOXES", 2, minimum=1)
+BOLTZ_DEFAULT_IMAGE = env_str("BOLTZ_DEFAULT_IMAGE", "boltz-sandbox:bookworm")
+BOLTZ_DEBIAN_MIRROR = env_str("BOLTZ_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+BOLTZ_OUTPUT_HEAD_BYTES = env_bytes("BOLTZ_OUTPUT_HEAD_BYTES", "32k")
+BOLTZ_OUTPUT_TAIL_BYTES = env_bytes("BOLTZ_OUTPUT_TAIL_BYTES", "32k")
+BOLTZ_MAX_RAW_OUTPUT_BYTES = env_bytes("BOLTZ_MAX_RAW_OUTPUT_BYTES", "256m")
+BOLTZ_MAX_DIFF_BYTES = env_bytes("BOLTZ_MAX_DIFF_BYTES", "32m")
+BOLTZ_DOCKER_RETRIES = env_int("BOLTZ_DOCKER_RETRIES", 3, minimum=0)
+BOLTZ_DOCKER_RETRY_DELAY = env_seconds("BOLTZ_DOCKER_RETRY_DELAY", "10")
+BOLTZ_SANDBOX_RETENTION = env_seconds("BOLTZ_SANDBOX_RETENTION", "7d")
+BOLTZ_REPO_CACHE = DATA_DIR / "repos"
+# Names this installation's containers (and labels them), so a test run and a demo on the same
+# Docker host never touch each other's sandboxes.
+BOLTZ_INSTANCE = env_str("BOLTZ_INSTANCE", "boltz")
+BOLTZ_SANDBOX_NETWORK = env_str("BOLTZ_SANDBOX_NETWORK", "bridge")
+CELERY_WORKER_CONCURRENCY = BOLTZ_MAX_SANDBOXES

@@ -1,0 +1,13 @@
+from calc import add, multiply
+
+
+def test_add():
+    assert add(2, 3) == 5
+
+
+def test_multiply():
+    assert multiply(2, 3) == 6
+
+
+def test_add_negative():
+    assert add(-2, -3) == -5

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Install (Debian, as root or with sudo) and start what Boltz needs on this host:
+# Docker Engine and Redis. Idempotent: what is already installed or running is reused.
+#   scripts/services.sh install   install the Debian packages that are missing
+#   scripts/services.sh start     start dockerd and redis-server if they are not running
+#   scripts/services.sh browser   install Chromium (browser tests)
+set -euo pipefail
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
+fi
+
+need_debian() {
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "boltz: this is not a Debian-like system. Install these yourself, then re-run:" >&2
+    echo "  $*" >&2
+    exit 1
+  fi
+}
+
+apt_install() {
+  local missing=()
+  for pair in "$@"; do
+    local cmd="${pair%%:*}" pkg="${pair##*:}"
+    command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  need_debian "${missing[@]}"
+  echo "boltz: installing ${missing[*]}"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+wait_for() {  # wait_for DESCRIPTION COMMAND...
+  local what="$1"; shift
+  for _ in $(seq 1 60); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.5
+  done
+  echo "boltz: $what did not come up" >&2
+  return 1
+}
+
+case "${1:-start}" in
+  install)
+    apt_install dockerd:docker.io redis-server:redis-server debootstrap:debootstrap git:git
+    ;;
+  browser)
+    apt_install chromium:chromium
+    ;;
+  start)
+    if ! docker info >/dev/null 2>&1; then
+      if ! command -v dockerd >/dev/null 2>&1 && [ ! -x /usr/sbin/dockerd ]; then
+        echo "boltz: Docker Engine is not installed (run: $0 install)" >&2; exit 1
+      fi
+      echo "boltz: starting dockerd"
+      # No bridge and no iptables: sandboxes run with network_mode=none and no
+      # private-range interface is created on this host.
+      $SUDO sh -c 'nohup dockerd --bridge=none --iptables=false >/var/log/boltz-dockerd.log 2>&1 &'
+      wait_for "dockerd (see /var/log/boltz-dockerd.log)" docker info
+    fi
+    if ! redis-cli -h 127.0.0.1 ping >/dev/null 2>&1; then
+      echo "boltz: starting redis-server on 127.0.0.1:6379"
+      redis-server --bind 127.0.0.1 --port 6379 --daemonize yes --save "" --appendonly no \
+        --logfile /tmp/boltz-redis.log
+      wait_for "redis-server" redis-cli -h 127.0.0.1 ping
+    fi
+    ;;
+  *)
+    echo "usage: $0 install|start|browser" >&2; exit 2 ;;
+esac
