@@ -434,8 +434,9 @@ class AttemptRunner:
             stage, mark = "work", time.monotonic()
             agent = self.work()
             self.timings["work"] = round(time.monotonic() - mark, 3)
-            stage, mark = "check", time.monotonic()
+            stage, mark = "diff", time.monotonic()
             self.store_diff()
+            stage = "check"
             result = self.check()
             self.timings["check"] = round(time.monotonic() - mark, 3)
             score = result.score

@@ -371,6 +371,8 @@ class Sandbox:
             raise InfrastructureError(f"reading command output failed: {exc!r}")
         exit_code = api.exec_inspect(exec_id).get("ExitCode")
         if not killed_by_host:
+            if exit_code is None or exit_code >= 128:
+                time.sleep(0.3)  # a container being killed may still say it runs for a moment
             self.ensure_running()
         # `timeout` exits 124 (TERM worked) or 137 (KILL needed); an agent's own 124 that came
         # early is not a timeout.

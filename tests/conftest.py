@@ -1,0 +1,187 @@
+"""Shared fixtures: real Docker, real Redis, real Celery worker processes.
+
+With CI=true a missing Docker, image or Redis fails the test; elsewhere it skips it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlparse, urlunparse
+
+import pytest
+from django.conf import settings
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def require(ok: bool, why: str) -> None:
+    if not ok:
+        if IN_CI:
+            pytest.fail(f"{why} (CI=true: a missing service is a failure)", pytrace=False)
+        pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def docker_ready():
+    from attempts.errors import InfrastructureError
+    from attempts.sandbox import runtime
+
+    try:
+        runtime.ping()
+    except InfrastructureError as exc:
+        require(False, f"Docker is not available: {exc.reason}")
+    require(
+        runtime.image_exists(settings.BOLTZ_DEFAULT_IMAGE),
+        f"image {settings.BOLTZ_DEFAULT_IMAGE} is missing: run `python manage.py build_image`",
+    )
+    _remove_test_containers()
+    yield
+    _remove_test_containers()
+
+
+def _remove_test_containers() -> None:
+    from attempts.sandbox import runtime
+
+    for container in runtime.list_sandboxes(all_hosts=True):
+        runtime.remove_container(container["id"])
+
+
+@pytest.fixture(scope="session")
+def redis_ready():
+    import redis
+
+    try:
+        redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=3).ping()
+    except redis.RedisError as exc:
+        require(False, f"Redis is not available at {settings.CELERY_BROKER_URL}: {exc}")
+    redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+
+
+def _worker_database_env() -> dict[str, str]:
+    from django.db import connection
+
+    name = str(connection.settings_dict["NAME"])
+    if connection.vendor == "sqlite":
+        return {"BOLTZ_SQLITE_PATH": name}
+    url = urlparse(os.environ["DATABASE_URL"])
+    return {"DATABASE_URL": urlunparse(url._replace(path="/" + name))}
+
+
+@contextlib.contextmanager
+def run_worker(*, queue: str, host: str, capacity: int, env: dict[str, str] | None = None):
+    """A real `celery worker` process consuming `queue`, stopped and reaped on exit."""
+    log_dir = ROOT / "test-results" / "workers"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{host}-{uuid.uuid4().hex[:6]}.log"
+    full_env = {
+        **os.environ,
+        **_worker_database_env(),
+        "BOLTZ_QUEUE": queue,
+        "BOLTZ_HOST": host,
+        "BOLTZ_MAX_SANDBOXES": str(capacity),
+        **(env or {}),
+    }
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "boltz_web",
+                "worker",
+                "-Q",
+                queue,
+                "-c",
+                str(capacity),
+                "-n",
+                f"{host}-{uuid.uuid4().hex[:6]}@%h",
+                "--without-mingle",
+                "--without-gossip",
+                "-l",
+                "info",
+            ],
+            cwd=ROOT,
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while b" ready." not in log_path.read_bytes():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the Celery worker did not start:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture(scope="session")
+def worker(django_db_setup, django_db_blocker, docker_ready, redis_ready):
+    """The test session's worker: capacity 2, on the session's own queue."""
+    with run_worker(queue=settings.BOLTZ_QUEUE, host=settings.BOLTZ_HOST, capacity=2) as proc:
+        yield proc
+
+
+def wait_finished(attempts, timeout: float = 90):
+    """Wait until every attempt has finished (or was cancelled); return them fresh."""
+    from attempts.models import DONE_STATUSES, Attempt
+
+    ids = [a.pk for a in attempts]
+    deadline = time.monotonic() + timeout
+    while True:
+        found = list(Attempt.objects.filter(pk__in=ids).order_by("pk"))
+        if len(found) == len(ids) and all(a.status in DONE_STATUSES for a in found):
+            return found
+        if time.monotonic() > deadline:
+            states = ", ".join(f"{a.pk}:{a.status}" for a in found)
+            pytest.fail(f"attempts did not finish within {timeout}s: {states}")
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def load_example(docker_ready):
+    from attempts.taskdirs import load_task_dir
+
+    def load(name: str, **overrides):
+        task, _ = load_task_dir(EXAMPLES / name)
+        for field, value in overrides.items():
+            setattr(task, field, value)
+        if overrides:
+            task.save()
+        return task
+
+    return load
+
+
+@pytest.fixture
+def task_dir(tmp_path):
+    """A writable copy of an example task directory."""
+
+    def copy(name: str) -> Path:
+        target = tmp_path / name
+        shutil.copytree(EXAMPLES / name, target)
+        return target
+
+    return copy
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get("BOLTZ_TEST_OWNS_DATA_DIR") == "1":
+        shutil.rmtree(settings.DATA_DIR, ignore_errors=True)

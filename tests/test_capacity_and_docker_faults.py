@@ -1,0 +1,49 @@
+"""Worker capacity and Docker-daemon faults, each with a worker process of its own."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from attempts.models import EventKind, Outcome, SandboxState
+from attempts.services import attempt_create
+from tests.conftest import run_worker, wait_finished
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]
+
+
+def test_with_capacity_one_two_attempts_never_run_at_once(
+    django_db_setup, docker_ready, redis_ready, load_example, settings
+):
+    queue = f"capacity-{uuid.uuid4().hex[:8]}"
+    task = load_example("fix-add")
+    with run_worker(queue=queue, host="capacity-host", capacity=1):
+        attempts = [
+            attempt_create(task=task, agent="command", command="sleep 2", queue=queue)
+            for _ in range(2)
+        ]
+        first, second = sorted(wait_finished(attempts), key=lambda a: a.started_at)
+    assert first.outcome == second.outcome == Outcome.FAILED
+    assert first.host == second.host == "capacity-host"
+    assert first.finished_at <= second.started_at, "the second attempt started while the first ran"
+
+
+def test_an_unreachable_docker_daemon_is_an_infrastructure_error(
+    django_db_setup, docker_ready, redis_ready, load_example, tmp_path
+):
+    queue = f"nodocker-{uuid.uuid4().hex[:8]}"
+    task = load_example("fix-add")
+    env = {
+        "DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock",
+        "BOLTZ_DOCKER_RETRIES": "2",
+        "BOLTZ_DOCKER_RETRY_DELAY": "0.2",
+    }
+    with run_worker(queue=queue, host="broken-host", capacity=1, env=env):
+        attempt = wait_finished([attempt_create(task=task, agent="noop", queue=queue)])[0]
+    assert attempt.outcome == Outcome.INFRA_ERROR
+    assert attempt.score is None
+    assert "Docker daemon unreachable on host broken-host after 3 tries" in attempt.failure_reason
+    assert attempt.sandbox_state == SandboxState.NONE
+    assert attempt.checks.count() == 0
+    assert attempt.events.filter(kind=EventKind.ERROR, data__infrastructure=True).count() == 1

@@ -1,0 +1,234 @@
+"""The attempt pipeline end to end: real Docker, real Redis, a real Celery worker process."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.files.storage import default_storage
+
+from attempts.models import Attempt, Event, EventKind, Outcome, SandboxState, Status
+from attempts.services import attempt_create
+from tests.conftest import wait_finished
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]
+
+
+def exec_end(attempt: Attempt, step: str) -> dict:
+    events = [
+        e.data
+        for e in attempt.events.filter(kind=EventKind.EXEC)
+        if e.data.get("phase") == "end" and e.data.get("step") == step
+    ]
+    assert len(events) == 1, f"expected one {step} exec, found {len(events)}"
+    return events[0]
+
+
+@pytest.mark.parametrize(("example", "noop_score"), [("fix-add", 0.0), ("text-utils", 0.4)])
+def test_reference_passes_and_noop_fails(worker, load_example, example, noop_score):
+    task = load_example(example)
+    reference = attempt_create(task=task, agent="reference")
+    noop = attempt_create(task=task, agent="noop")
+    reference, noop = wait_finished([reference, noop])
+
+    assert (reference.status, reference.outcome, reference.score) == ("finished", "passed", 1.0)
+    assert (noop.status, noop.outcome) == ("finished", "failed")
+    assert noop.score == pytest.approx(noop_score)
+    assert noop.diff == ""
+    assert "diff --git" in reference.diff
+    for attempt in (reference, noop):
+        assert attempt.sandbox_state == SandboxState.STOPPED
+        assert attempt.failure_reason == ""
+        assert set(attempt.timings) == {"start", "work", "check", "total"}
+
+
+def test_junit_check_keeps_per_test_outcomes(worker, load_example):
+    task = load_example("text-utils")
+    noop = wait_finished([attempt_create(task=task, agent="noop")])[0]
+    check = noop.checks.get()
+    assert check.source == "junit"
+    assert (check.tests_passed, check.tests_total) == (2, 5)
+    outcomes = dict(check.tests.values_list("name", "outcome"))
+    assert outcomes["tests.test_textutils::test_title_case"] == "passed"
+    assert outcomes["tests.test_textutils::test_slugify_lowercases"] == "failed"
+    assert "<testsuite" in check.junit_xml
+
+
+def test_command_agent_edits_show_in_diff_and_timeline_in_order(worker, load_example):
+    task = load_example("fix-add")
+    script = (
+        "echo step-one\n"
+        "sed -i 's/return a - b/return a + b/' calc.py\n"
+        "echo new > notes.txt\n"
+        "git rm -q README.md\n"
+        "printf '%s' \"$BOLTZ_INSTRUCTION\" | head -c 40; echo\n"
+        "echo step-two >&2\n"
+    )
+    attempt = attempt_create(
+        task=task,
+        agent="command",
+        command="sh $BOLTZ_AGENT_DIR/agent.sh",
+        files={"agent.sh": script.encode()},
+    )
+    attempt = wait_finished([attempt])[0]
+
+    assert attempt.outcome == Outcome.PASSED
+    assert "+    return a + b" in attempt.diff
+    assert "diff --git a/notes.txt b/notes.txt\nnew file mode" in attempt.diff
+    assert "diff --git a/README.md b/README.md\ndeleted file mode" in attempt.diff
+
+    events = list(attempt.events.order_by("seq"))
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    agent_events = [e for e in events if e.actor == "agent" and e.kind in ("exec", "output")]
+    kinds = [(e.kind, e.data.get("phase") or e.data.get("stream")) for e in agent_events]
+    assert kinds[0] == ("exec", "start") and kinds[-1] == ("exec", "end")
+    live = "".join(e.data["text"] for e in agent_events if e.kind == "output")
+    assert "step-one" in live and "step-two" in live
+    end = exec_end(attempt, "agent")
+    assert end["stdout"]["head"].startswith("step-one\nThe test tests/test_calc.py")
+    assert end["stderr"]["head"] == "step-two\n"
+    statuses = [e.data.get("status") for e in events if e.kind == "lifecycle"]
+    assert statuses.index("running") < statuses.index("checking") < statuses.index("finished")
+
+
+def test_agent_that_sleeps_forever_is_killed_at_its_timeout(worker, load_example):
+    task = load_example("fix-add", agent_timeout=2)
+    attempt = attempt_create(task=task, agent="command", command="sleep 1000")
+    attempt = wait_finished([attempt], timeout=60)[0]
+    assert attempt.outcome == Outcome.AGENT_TIMEOUT
+    assert "2s limit" in attempt.failure_reason
+    end = exec_end(attempt, "agent")
+    assert end["timed_out"] is True
+    assert 2 <= end["duration"] < 6
+    assert attempt.checks.count() == 1  # the check still ran on what the agent left
+
+
+def test_escaped_background_process_is_killed_by_the_host(worker, load_example):
+    # setsid leaves the timeout's process group and keeps the output pipe open.
+    task = load_example("fix-add", agent_timeout=2)
+    command = "setsid sh -c 'sleep 1000' & sleep 1000"
+    attempt = wait_finished(
+        [attempt_create(task=task, agent="command", command=command)], timeout=60
+    )[0]
+    assert attempt.outcome == Outcome.AGENT_TIMEOUT
+    end = exec_end(attempt, "agent")
+    assert end["timed_out"] is True
+    assert end["duration"] < 20
+
+
+def test_agent_that_rewrites_the_tests_still_fails(worker, load_example):
+    task = load_example("fix-add")
+    command = (
+        "printf 'def test_add():\\n    pass\\n' > tests/test_calc.py && python3 -m pytest -q tests"
+    )
+    attempt = wait_finished([attempt_create(task=task, agent="command", command=command)])[0]
+    assert exec_end(attempt, "agent")["exit_code"] == 0  # the agent's own run passed
+    assert "tests/test_calc.py" in attempt.diff  # and the tampering is visible
+    assert attempt.outcome == Outcome.FAILED
+    assert "2 failed, 1 passed" in attempt.checks.get().output  # the hidden tests ran
+
+
+def test_non_utf8_and_flooding_output_is_kept_honestly(worker, load_example, settings):
+    task = load_example("fix-add")
+    command = "printf 'bad \\377\\376 bytes\\n'; head -c 3000000 /dev/zero | tr '\\0' x; echo END"
+    attempt = wait_finished([attempt_create(task=task, agent="command", command=command)])[0]
+    assert attempt.outcome == Outcome.FAILED  # not a crash, not an infrastructure error
+    stdout = exec_end(attempt, "agent")["stdout"]
+    total = len("bad \xff\xfe bytes\n".encode("latin-1")) + 3_000_000 + len("END\n")
+    assert stdout["bytes"] == total
+    assert stdout["truncated"] is True
+    assert stdout["utf8"] is False
+    assert stdout["head"].startswith("bad \ufffd\ufffd bytes\n")
+    assert stdout["tail"].endswith("xxxxEND\n")
+    assert len(stdout["head"]) <= settings.BOLTZ_OUTPUT_HEAD_BYTES
+    assert stdout["omitted_bytes"] > 2_000_000
+    with default_storage.open(stdout["raw"], "rb") as raw:
+        data = raw.read()
+    assert len(data) == total and data.startswith(b"bad \xff\xfe bytes\n")
+    live = sum(
+        len(e.data["text"]) for e in attempt.events.filter(kind=EventKind.OUTPUT, actor="agent")
+    )
+    assert live <= settings.BOLTZ_OUTPUT_HEAD_BYTES  # the live view is capped too
+
+
+def test_a_redelivered_task_does_not_run_the_attempt_twice(worker, load_example):
+    from attempts.sandbox import runtime
+    from attempts.tasks import run_attempt
+
+    task = load_example("fix-add")
+    attempt = attempt_create(task=task, agent="noop")
+    run_attempt.apply_async(args=[attempt.pk], queue=worker_queue())
+    run_attempt.apply_async(args=[attempt.pk], queue=worker_queue())
+    attempt = wait_finished([attempt])[0]
+    import time
+
+    time.sleep(1.5)  # let the duplicate deliveries be consumed
+    lifecycle = [e.data for e in attempt.events.filter(kind=EventKind.LIFECYCLE)]
+    assert sum(1 for d in lifecycle if d.get("status") == "finished") == 1
+    assert sum(1 for d in lifecycle if d.get("message", "").startswith("creating a sandbox")) == 1
+    assert attempt.checks.count() == 1
+    containers = [
+        c
+        for c in runtime.list_sandboxes(all_hosts=True)
+        if c["labels"]["boltz.attempt"] == str(attempt.pk)
+    ]
+    assert len(containers) == 1
+
+
+def worker_queue() -> str:
+    from django.conf import settings
+
+    return settings.BOLTZ_QUEUE
+
+
+def test_container_security_settings_follow_the_sandbox_rules(worker, load_example, settings):
+    from attempts.sandbox import runtime
+
+    task = load_example("fix-add", cpus=0.5, memory_bytes=256 * 1024**2, pids_limit=128)
+    attempt = attempt_create(
+        task=task,
+        agent="command",
+        command="id -u; cat /proc/self/status | grep -E '^(CapEff|NoNewPrivs)'; "
+        "cat /sys/class/net/*/operstate 2>/dev/null | sort | tr '\\n' ' '; ls /sys/class/net",
+    )
+    attempt = wait_finished([attempt])[0]
+    info = runtime.inspect_container(attempt.container_id)
+    host = info["HostConfig"]
+    assert host["NetworkMode"] == "none"
+    assert host["CapDrop"] == ["ALL"]
+    assert host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["Memory"] == 256 * 1024**2
+    assert host["MemorySwap"] == host["Memory"]
+    assert host["NanoCpus"] == 500_000_000
+    assert host["PidsLimit"] == 128
+    assert host["Init"] is True
+    assert info["Config"]["User"] == "1000:1000"
+    labels = info["Config"]["Labels"]
+    assert labels["boltz.attempt"] == str(attempt.pk)
+    assert labels["boltz.host"] == settings.BOLTZ_HOST
+    assert info["State"]["Running"] is False  # stopped and kept
+    out = exec_end(attempt, "agent")["stdout"]["head"]
+    assert out.splitlines()[0] == "1000"
+    assert "CapEff:\t0000000000000000" in out
+    assert "NoNewPrivs:\t1" in out
+    assert out.split()[-1] == "lo"  # the only interface: no network
+
+
+def test_container_removed_mid_run_is_an_infrastructure_error(worker, load_example):
+    import time
+
+    from attempts.sandbox import runtime
+
+    task = load_example("fix-add")
+    attempt = attempt_create(task=task, agent="command", command="echo started; sleep 60")
+    deadline = time.monotonic() + 30
+    while not Event.objects.filter(attempt=attempt, kind=EventKind.OUTPUT).exists():
+        assert time.monotonic() < deadline, "the agent never started"
+        time.sleep(0.1)
+    attempt.refresh_from_db()
+    assert attempt.status == Status.RUNNING
+    runtime.remove_container(attempt.container_id)
+    attempt = wait_finished([attempt])[0]
+    assert attempt.outcome == Outcome.INFRA_ERROR
+    assert attempt.score is None
+    assert attempt.failure_reason.startswith(("work:", "diff:"))
+    assert "no longer exists" in attempt.failure_reason or "not running" in attempt.failure_reason
+    assert attempt.events.filter(kind=EventKind.ERROR, data__infrastructure=True).exists()
