@@ -102,6 +102,7 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 LOGIN_URL = "/admin/login/"
+LOGIN_REDIRECT_URL = "/"
 
 LOGGING = {
     "version": 1,

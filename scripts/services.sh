@@ -4,6 +4,7 @@
 #   scripts/services.sh install   install the Debian packages that are missing
 #   scripts/services.sh start     start dockerd and redis-server if they are not running
 #   scripts/services.sh browser   install Chromium (browser tests)
+#   scripts/services.sh python    install python3 and python3-venv
 set -euo pipefail
 
 SUDO=""
@@ -49,6 +50,11 @@ case "${1:-start}" in
   browser)
     apt_install chromium:chromium
     ;;
+  python)
+    need_debian python3-venv
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends python3 python3-venv
+    ;;
   start)
     if ! docker info >/dev/null 2>&1; then
       if ! command -v dockerd >/dev/null 2>&1 && [ ! -x /usr/sbin/dockerd ]; then
@@ -68,5 +74,5 @@ case "${1:-start}" in
     fi
     ;;
   *)
-    echo "usage: $0 install|start|browser" >&2; exit 2 ;;
+    echo "usage: $0 install|start|browser|python" >&2; exit 2 ;;
 esac

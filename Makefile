@@ -1,0 +1,44 @@
+# Boltz. `make demo` and `make test` do all the set-up on a fresh Debian machine (root or sudo).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: install services image demo stop test lint worker web ci
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -m venv --help >/dev/null 2>&1 && $(PYTHON) -c "import ensurepip" 2>/dev/null || scripts/services.sh python
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev,postgres]'
+	touch $@
+
+services:
+	scripts/services.sh install
+	scripts/services.sh start
+
+image: install services
+	$(PY) manage.py build_image
+
+demo: install services image
+	scripts/demo.sh
+
+stop:
+	scripts/demo.sh stop
+
+test: install services image
+	$(PY) -m pytest
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+worker: install
+	$(PY) manage.py run_worker
+
+web: install
+	$(PY) manage.py runserver 127.0.0.1:8000 --insecure
+
+ci:
+	bash .ci/run

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The demo: migrate, admin user, example tasks, a worker, a few attempts, the web server.
+# Run through `make demo`, which installs and starts everything this needs first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+RUN=.data/run
+ADDR="${BOLTZ_DEMO_ADDR:-127.0.0.1:8000}"
+mkdir -p "$RUN"
+
+stop() {  # stop a process started by an earlier demo, by its pid file
+  local pidfile="$RUN/$1.pid"
+  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    echo "boltz: stopping the earlier $1 (pid $(cat "$pidfile"))"
+    kill "$(cat "$pidfile")" 2>/dev/null || true
+    for _ in $(seq 1 40); do kill -0 "$(cat "$pidfile")" 2>/dev/null || break; sleep 0.5; done
+  fi
+  rm -f "$pidfile"
+}
+
+if [ "${1:-}" = "stop" ]; then stop web; stop worker; exit 0; fi
+
+$PY manage.py migrate --noinput -v0
+$PY manage.py ensure_admin
+$PY manage.py load_task examples/*/
+
+stop worker
+nohup $PY manage.py run_worker > "$RUN/worker.log" 2>&1 &
+echo $! > "$RUN/worker.pid"
+for _ in $(seq 1 60); do grep -q " ready." "$RUN/worker.log" && break; sleep 0.5; done
+grep -q " ready." "$RUN/worker.log" || { echo "boltz: the worker did not start; see $RUN/worker.log" >&2; exit 1; }
+echo "boltz: worker running (log: $RUN/worker.log)"
+
+for task in fix-add text-utils; do
+  $PY manage.py run_attempts "$task" --agent reference -n 1 --timeout 300
+  $PY manage.py run_attempts "$task" --agent noop -n 1 --timeout 300
+done
+
+stop web
+nohup $PY manage.py runserver "$ADDR" --noreload --insecure > "$RUN/web.log" 2>&1 &
+echo $! > "$RUN/web.pid"
+for _ in $(seq 1 40); do
+  $PY -c "import urllib.request,sys; urllib.request.urlopen('http://$ADDR/admin/login/')" 2>/dev/null && break
+  sleep 0.5
+done
+echo
+echo "Boltz is running: http://$ADDR/"
+$PY manage.py ensure_admin
+echo "Stop it with: make stop"
