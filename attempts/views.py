@@ -12,8 +12,9 @@ def task_list(request):
     tasks = Task.objects.annotate(
         n_attempts=Count("attempts"),
         n_passed=Count("attempts", filter=Q(attempts__outcome=Outcome.PASSED)),
-        n_failed=Count("attempts", filter=Q(attempts__outcome__in=[Outcome.FAILED,
-                                                                      Outcome.AGENT_TIMEOUT])),
+        n_failed=Count(
+            "attempts", filter=Q(attempts__outcome__in=[Outcome.FAILED, Outcome.AGENT_TIMEOUT])
+        ),
         n_infra=Count("attempts", filter=Q(attempts__outcome=Outcome.INFRA_ERROR)),
     )
     return render(request, "attempts/task_list.html", {"tasks": tasks})
@@ -29,8 +30,12 @@ def task_detail(request, slug):
 @login_required
 def attempt_detail(request, pk):
     attempt = get_object_or_404(Attempt.objects.select_related("task"), pk=pk)
-    return render(request, "attempts/attempt_detail.html", {
-        "attempt": attempt,
-        "events": attempt.events.order_by("seq"),
-        "checks": attempt.checks.prefetch_related("tests"),
-    })
+    return render(
+        request,
+        "attempts/attempt_detail.html",
+        {
+            "attempt": attempt,
+            "events": attempt.events.order_by("seq"),
+            "checks": attempt.checks.prefetch_related("tests"),
+        },
+    )

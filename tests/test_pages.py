@@ -10,13 +10,26 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def attempt():
-    task = Task.objects.create(slug="t", instruction="do <b>it</b>", repo_url="/r",
-                               base_commit="a" * 40, check_command="true")
-    attempt = Attempt.objects.create(task=task, number=1, agent="command", status="finished",
-                                     outcome="infra_error", failure_reason="start: image gone",
-                                     diff="+<script>alert(1)</script>", started_at=timezone.now())
-    Event.objects.create(attempt=attempt, seq=1, kind="output",
-                         data={"text": '"><img src=x onerror=alert(1)>'})
+    task = Task.objects.create(
+        slug="t",
+        instruction="do <b>it</b>",
+        repo_url="/r",
+        base_commit="a" * 40,
+        check_command="true",
+    )
+    attempt = Attempt.objects.create(
+        task=task,
+        number=1,
+        agent="command",
+        status="finished",
+        outcome="infra_error",
+        failure_reason="start: image gone",
+        diff="+<script>alert(1)</script>",
+        started_at=timezone.now(),
+    )
+    Event.objects.create(
+        attempt=attempt, seq=1, kind="output", data={"text": '"><img src=x onerror=alert(1)>'}
+    )
     return attempt
 
 

@@ -26,4 +26,6 @@ class Command(BaseCommand):
             password_file.write_text(password + "\n")
             password_file.chmod(0o600)
         password = password_file.read_text().strip()
-        self.stdout.write(f"admin user: {username}  password: {password}  (kept in {password_file})")
+        self.stdout.write(
+            f"admin user: {username}  password: {password}  (kept in {password_file})"
+        )

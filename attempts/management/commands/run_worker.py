@@ -19,11 +19,24 @@ class Command(BaseCommand):
     def handle(self, *args, loglevel, **options):
         queues = f"{settings.BOLTZ_QUEUE},{host_queue(settings.BOLTZ_HOST)}"
         argv = [
-            sys.executable, "-m", "celery", "-A", "boltz_web", "worker",
-            "-Q", queues, "-c", str(settings.BOLTZ_MAX_SANDBOXES),
-            "-n", f"boltz@{settings.BOLTZ_HOST}", "-l", loglevel,
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "boltz_web",
+            "worker",
+            "-Q",
+            queues,
+            "-c",
+            str(settings.BOLTZ_MAX_SANDBOXES),
+            "-n",
+            f"boltz@{settings.BOLTZ_HOST}",
+            "-l",
+            loglevel,
         ]
-        self.stdout.write(f"worker for host {settings.BOLTZ_HOST}: queues {queues}, "
-                          f"capacity {settings.BOLTZ_MAX_SANDBOXES}")
+        self.stdout.write(
+            f"worker for host {settings.BOLTZ_HOST}: queues {queues}, "
+            f"capacity {settings.BOLTZ_MAX_SANDBOXES}"
+        )
         self.stdout.flush()
         os.execv(sys.executable, argv)
