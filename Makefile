@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install services image demo stop test lint worker web ci
+.PHONY: install services image demo stop test test-postgres lint worker web ci
 
 install: $(VENV)/.installed
 
@@ -29,6 +29,11 @@ stop:
 
 test: install services image
 	$(PY) -m pytest
+
+# The pipeline and page tests again, on PostgreSQL (SQLite is the default everywhere else).
+test-postgres: install services image
+	scripts/services.sh postgres
+	DATABASE_URL=postgres://boltz@127.0.0.1:5433/boltz $(PY) -m pytest tests/test_pipeline.py tests/test_pages.py
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -8,7 +8,7 @@ import os
 import tempfile
 
 _DEFAULTS = {
-    "BOLTZ_INSTANCE": "boltz-test",
+    "BOLTZ_INSTANCE": f"boltz-test-{os.getpid()}",
     "BOLTZ_HOST": "test-host",
     "BOLTZ_QUEUE": f"boltz-test-{os.getpid()}",
     "BOLTZ_REDIS_URL": "redis://127.0.0.1:6379/15",

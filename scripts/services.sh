@@ -5,6 +5,7 @@
 #   scripts/services.sh start     start dockerd and redis-server if they are not running
 #   scripts/services.sh browser   install Chromium (browser tests)
 #   scripts/services.sh python    install python3 and python3-venv
+#   scripts/services.sh postgres  install and start a test PostgreSQL on 127.0.0.1:5433
 set -euo pipefail
 
 SUDO=""
@@ -33,6 +34,11 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
+as_user() {  # as_user USER COMMAND...
+  local user="$1"; shift
+  if [ "$(id -u)" -eq 0 ]; then runuser -u "$user" -- "$@"; else sudo -u "$user" "$@"; fi
+}
+
 wait_for() {  # wait_for DESCRIPTION COMMAND...
   local what="$1"; shift
   for _ in $(seq 1 60); do
@@ -49,6 +55,28 @@ case "${1:-start}" in
     ;;
   browser)
     apt_install chromium:chromium
+    ;;
+  postgres)
+    # A throwaway PostgreSQL on 127.0.0.1:5433 for the test suite (make test-postgres).
+    PGBIN=$(dirname "$(command -v initdb 2>/dev/null || ls /usr/lib/postgresql/*/bin/initdb 2>/dev/null | tail -1)" 2>/dev/null || true)
+    if [ -z "$PGBIN" ] || [ ! -x "$PGBIN/initdb" ]; then
+      need_debian postgresql
+      $SUDO apt-get update -q
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends postgresql
+      PGBIN=$(dirname "$(ls /usr/lib/postgresql/*/bin/initdb | tail -1)")
+    fi
+    if ! pg_isready -h 127.0.0.1 -p 5433 >/dev/null 2>&1; then
+      PGUSER_OS=postgres
+      id "$PGUSER_OS" >/dev/null 2>&1 || $SUDO useradd --system --create-home "$PGUSER_OS"
+      PGDATA=/tmp/boltz-pgdata
+      $SUDO rm -rf "$PGDATA"; $SUDO mkdir -p "$PGDATA"; $SUDO chown "$PGUSER_OS" "$PGDATA"
+      as_user "$PGUSER_OS" "$PGBIN/initdb" -D "$PGDATA" -U boltz --auth=trust >/dev/null
+      as_user "$PGUSER_OS" "$PGBIN/pg_ctl" -D "$PGDATA" -l "$PGDATA/server.log" \
+        -o "-k /tmp -h 127.0.0.1 -p 5433" start >/dev/null
+      wait_for "PostgreSQL" pg_isready -h 127.0.0.1 -p 5433
+    fi
+    psql -h 127.0.0.1 -p 5433 -U boltz -d postgres -tAc "select 1 from pg_database where datname='boltz'" | grep -q 1 \
+      || psql -h 127.0.0.1 -p 5433 -U boltz -d postgres -qc "create database boltz"
     ;;
   python)
     need_debian python3-venv
@@ -74,5 +102,5 @@ case "${1:-start}" in
     fi
     ;;
   *)
-    echo "usage: $0 install|start|browser|python" >&2; exit 2 ;;
+    echo "usage: $0 install|start|browser|python|postgres" >&2; exit 2 ;;
 esac

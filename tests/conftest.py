@@ -49,10 +49,25 @@ def docker_ready():
 
 
 def _remove_test_containers() -> None:
+    """Remove this run's containers, and those of earlier test runs whose process is gone."""
     from attempts.sandbox import runtime
 
-    for container in runtime.list_sandboxes(all_hosts=True):
-        runtime.remove_container(container["id"])
+    for container in runtime.list_sandboxes(all_hosts=True, any_instance=True):
+        instance = container["labels"].get(runtime.LABEL_INSTANCE, "")
+        if instance == settings.BOLTZ_INSTANCE or (
+            instance.startswith("boltz-test-") and not _alive(instance.rsplit("-", 1)[-1])
+        ):
+            runtime.remove_container(container["id"])
+
+
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @pytest.fixture(scope="session")

@@ -232,3 +232,46 @@ def test_container_removed_mid_run_is_an_infrastructure_error(worker, load_examp
     assert attempt.failure_reason.startswith(("work:", "diff:"))
     assert "no longer exists" in attempt.failure_reason or "not running" in attempt.failure_reason
     assert attempt.events.filter(kind=EventKind.ERROR, data__infrastructure=True).exists()
+
+
+def test_setup_runs_before_the_agent_and_a_reward_file_decides_the_score(worker, load_example):
+    task = load_example(
+        "fix-add",
+        setup_command="echo prepared > .setup-done",
+        check_command="test -f .setup-done && echo 0.25 > $BOLTZ_CHECK_DIR/reward.txt; exit 1",
+    )
+    attempt = wait_finished([attempt_create(task=task, agent="noop")])[0]
+    check = attempt.checks.get()
+    assert (check.source, check.score, check.exit_code) == ("reward_file", 0.25, 1)
+    assert attempt.outcome == Outcome.FAILED and attempt.score == 0.25
+    assert exec_end(attempt, "setup")["exit_code"] == 0
+
+
+def test_a_failing_setup_is_the_tasks_fault_not_the_agents(worker, load_example):
+    task = load_example("fix-add", setup_command="echo broken >&2; exit 3")
+    attempt = wait_finished([attempt_create(task=task, agent="reference")])[0]
+    assert attempt.outcome == Outcome.INFRA_ERROR
+    assert attempt.failure_reason == "start: the task's setup command exited 3"
+    assert attempt.checks.count() == 0
+    assert attempt.sandbox_state == SandboxState.STOPPED
+
+
+def test_diff_has_renames_and_binaries_and_leaves_the_agents_index_alone(worker, load_example):
+    # The check passes only if the agent's staged change is still exactly what is staged.
+    task = load_example(
+        "fix-add",
+        check_command='test "$(git diff --cached --name-only)" = "staged.txt"',
+    )
+    command = (
+        "mv tests/test_calc.py tests/test_renamed.py && "
+        "printf '\\000\\001\\002binary' > blob.bin && "
+        "echo x > staged.txt && git add staged.txt && echo y > unstaged.txt"
+    )
+    attempt = wait_finished([attempt_create(task=task, agent="command", command=command)])[0]
+    assert attempt.outcome == Outcome.PASSED, attempt.checks.get().output
+    assert "rename from tests/test_calc.py\nrename to tests/test_renamed.py" in attempt.diff
+    assert "diff --git a/blob.bin b/blob.bin\nnew file mode 100644" in attempt.diff
+    assert "GIT binary patch" in attempt.diff
+    assert "b/unstaged.txt" in attempt.diff and "b/staged.txt" in attempt.diff
+    with default_storage.open(attempt.diff_file, "rb") as raw:
+        assert raw.read().decode() == attempt.diff

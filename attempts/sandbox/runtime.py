@@ -123,9 +123,11 @@ def container_labels(attempt_id: int) -> dict[str, str]:
 
 
 @docker_call
-def list_sandboxes(*, all_hosts: bool = False) -> list[dict]:
+def list_sandboxes(*, all_hosts: bool = False, any_instance: bool = False) -> list[dict]:
     """Containers made by this Boltz instance (on this host unless all_hosts)."""
-    filters = {"label": [f"{LABEL_INSTANCE}={settings.BOLTZ_INSTANCE}"]}
+    filters = {
+        "label": [LABEL_ATTEMPT if any_instance else f"{LABEL_INSTANCE}={settings.BOLTZ_INSTANCE}"]
+    }
     if not all_hosts:
         filters["label"].append(f"{LABEL_HOST}={settings.BOLTZ_HOST}")
     return [
