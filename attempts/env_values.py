@@ -64,17 +64,17 @@ def parse_seconds(raw: str | int | float) -> float:
     return float(match.group(1)) * factor
 
 
-def env_bytes(name: str, default: str) -> int:
+def _env_parsed(name: str, default: str, parse):
     raw = os.environ.get(name, default)
     try:
-        return parse_bytes(raw)
+        return parse(raw)
     except ValueError as exc:
         raise ImproperlyConfigured(f"{name}: {exc}") from None
+
+
+def env_bytes(name: str, default: str) -> int:
+    return _env_parsed(name, default, parse_bytes)
 
 
 def env_seconds(name: str, default: str) -> float:
-    raw = os.environ.get(name, default)
-    try:
-        return parse_seconds(raw)
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"{name}: {exc}") from None
+    return _env_parsed(name, default, parse_seconds)

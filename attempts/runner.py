@@ -152,15 +152,8 @@ class AttemptRunner:
         shown = display or (command if isinstance(command, str) else shlex.join(command))
         self._exec_count += 1
         number = self._exec_count
-        self.timeline.add(
-            EventKind.EXEC,
-            actor=actor,
-            phase="start",
-            step=step,
-            exec=number,
-            command=clip(shown),
-            timeout=timeout,
-        )
+        base = {"step": step, "exec": number, "command": clip(shown)}
+        self.timeline.add(EventKind.EXEC, actor=actor, phase="start", timeout=timeout, **base)
         head = settings.BOLTZ_OUTPUT_HEAD_BYTES if head_limit is None else head_limit
         tail = settings.BOLTZ_OUTPUT_TAIL_BYTES if tail_limit is None else tail_limit
         with tempfile.TemporaryFile() as raw_out, tempfile.TemporaryFile() as raw_err:
@@ -222,9 +215,7 @@ class AttemptRunner:
             EventKind.EXEC,
             actor=actor,
             phase="end",
-            step=step,
-            exec=number,
-            command=clip(shown),
+            **base,
             exit_code=result.exit_code,
             timed_out=result.timed_out,
             killed_by_host=result.killed_by_host,

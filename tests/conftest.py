@@ -107,24 +107,7 @@ def run_worker(*, queue: str, host: str, capacity: int, env: dict[str, str] | No
     }
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "boltz_web",
-                "worker",
-                "-Q",
-                queue,
-                "-c",
-                str(capacity),
-                "-n",
-                f"{host}-{uuid.uuid4().hex[:6]}@%h",
-                "--without-mingle",
-                "--without-gossip",
-                "-l",
-                "info",
-            ],
+            [sys.executable, "manage.py", "run_worker", "--queue", queue],
             cwd=ROOT,
             env=full_env,
             stdout=log,

@@ -15,9 +15,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--loglevel", default="info")
+        parser.add_argument(
+            "--queue", help="the shared queue only (default: BOLTZ_QUEUE and the host's own queue)"
+        )
 
-    def handle(self, *args, loglevel, **options):
-        queues = f"{settings.BOLTZ_QUEUE},{host_queue(settings.BOLTZ_HOST)}"
+    def handle(self, *args, loglevel, queue=None, **options):
+        queues = queue or f"{settings.BOLTZ_QUEUE},{host_queue(settings.BOLTZ_HOST)}"
         argv = [
             sys.executable,
             "-m",
