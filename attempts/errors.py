@@ -26,3 +26,15 @@ class TaskInvalid(Exception):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+class AttemptGone(Exception):
+    """The attempt was deleted while a worker still ran it: stop quietly and clean up."""
+
+
+class AttemptStopped(Exception):
+    """A reviewer ended the attempt (cancelled it or deleted its sandbox) while it ran."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason

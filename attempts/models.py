@@ -114,6 +114,16 @@ class Attempt(models.Model):
     diff_bytes = models.BigIntegerField(default=0)
     diff_file = models.CharField(max_length=500, blank=True, help_text="Raw patch in storage.")
 
+    workspace_file = models.CharField(
+        max_length=500, blank=True, help_text="The agent's final files (tar.gz) in storage."
+    )
+    workspace_bytes = models.BigIntegerField(default=0)
+    workspace_omitted = models.JSONField(
+        default=list, blank=True, help_text="Paths left out of the workspace archive, and why."
+    )
+    sandbox_deleted_at = models.DateTimeField(null=True, blank=True)
+    sandbox_deleted_by = models.CharField(max_length=150, blank=True)
+
     timings = models.JSONField(default=dict, blank=True, help_text="Seconds per stage.")
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -126,6 +136,7 @@ class Attempt(models.Model):
             models.UniqueConstraint(fields=["task", "number"], name="attempt_number_per_task"),
         ]
         indexes = [models.Index(fields=["status"]), models.Index(fields=["task", "outcome"])]
+        permissions = [("export_attempt", "Can export attempts")]
 
     def __str__(self) -> str:
         return f"{self.task.slug} #{self.number}"
@@ -230,3 +241,43 @@ class TestOutcome(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}: {self.outcome}"
+
+
+class AuditEntry(models.Model):
+    """Who exported or deleted what, and when. Outlives the attempts it names."""
+
+    class Action(models.TextChoices):
+        EXPORT_ATTEMPT = "export_attempt", "export attempt"
+        EXPORT_TASK = "export_task", "export task"
+        DELETE_SANDBOX = "delete_sandbox", "delete sandbox"
+        DELETE_ATTEMPT = "delete_attempt", "delete attempt"
+        DELETE_TASK = "delete_task", "delete task"
+
+    time = models.DateTimeField(default=timezone.now)
+    action = models.CharField(max_length=32, choices=Action.choices)
+    actor = models.CharField(max_length=150, help_text="A user name, or retention/reaper.")
+    task_slug = models.CharField(max_length=100, blank=True)
+    attempt_id = models.BigIntegerField(null=True, blank=True)
+    attempt_number = models.PositiveIntegerField(null=True, blank=True)
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-time", "-pk"]
+        verbose_name_plural = "audit entries"
+
+    def __str__(self) -> str:
+        return f"{self.time:%Y-%m-%d %H:%M} {self.actor} {self.action} {self.task_slug}"
+
+
+class WorkerHost(models.Model):
+    """A Docker host whose worker has been seen: the reaper visits each."""
+
+    name = models.CharField(max_length=255, unique=True)
+    capacity = models.PositiveIntegerField(default=0)
+    last_seen = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

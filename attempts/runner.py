@@ -26,8 +26,9 @@ from django.utils import timezone
 
 from . import agents, repos, scoring
 from .capture import StreamCapture
-from .errors import InfrastructureError, SandboxGone, TaskInvalid
+from .errors import AttemptGone, AttemptStopped, InfrastructureError, SandboxGone, TaskInvalid
 from .models import (
+    DONE_STATUSES,
     Actor,
     Attempt,
     CheckResult,
@@ -38,7 +39,9 @@ from .models import (
     TestOutcome,
 )
 from .sandbox.runtime import ExecResult, Sandbox, SandboxSpec
+from .storage import delete_tree
 from .timeline import Timeline, clip
+from .workspace import ChunkReader, filter_workspace
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +60,7 @@ git -c core.hooksPath=/dev/null -c core.fsmonitor=false read-tree "$1"
 git -c core.hooksPath=/dev/null -c core.fsmonitor=false add --all
 git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c core.quotepath=false \
     -c diff.noprefix=false -c diff.external= diff --cached --binary --no-color --no-ext-diff -M "$1"
+git ls-files -z > /tmp/.boltz-files
 """
 
 _CLEAR_FOR_CHECK = r"""
@@ -121,11 +125,27 @@ class AttemptRunner:
 
     # --- bookkeeping -------------------------------------------------------------------------
     def _set(self, **fields) -> None:
-        Attempt.objects.filter(pk=self.attempt.pk).update(**fields)
+        if not Attempt.objects.filter(pk=self.attempt.pk).update(**fields):
+            raise AttemptGone(f"attempt {self.attempt.pk} was deleted")
         for name, value in fields.items():
             setattr(self.attempt, name, value)
 
+    def _stop_if_asked(self) -> None:
+        """Between steps: has a reviewer deleted this attempt's sandbox meanwhile?"""
+        row = (
+            Attempt.objects.filter(pk=self.attempt.pk)
+            .values("sandbox_deleted_at", "sandbox_deleted_by")
+            .first()
+        )
+        if row is None:
+            raise AttemptGone(f"attempt {self.attempt.pk} was deleted")
+        if row["sandbox_deleted_at"]:
+            raise AttemptStopped(
+                f"its sandbox was deleted by {row['sandbox_deleted_by']} while the attempt ran"
+            )
+
     def _status(self, status: str, message: str) -> None:
+        self._stop_if_asked()
         self._set(status=status)
         self.timeline.add(EventKind.LIFECYCLE, status=status, message=message)
 
@@ -251,6 +271,7 @@ class AttemptRunner:
             image=task.image_name,
             base_commit=task.base_commit,
         )
+        self._stop_if_asked()
         with tempfile.TemporaryDirectory(prefix="ws-", dir=settings.DATA_DIR) as scratch:
             archive = Path(scratch) / "workspace.tar"
             try:
@@ -337,6 +358,29 @@ class AttemptRunner:
             bytes=run.stdout.total_bytes,
             truncated=run.stdout.truncated,
         )
+        self.snapshot_workspace()
+
+    def snapshot_workspace(self) -> None:
+        """Keep the agent's final files (those the diff covers) as workspace.tar.gz."""
+        listing = self.sandbox.read_files("/tmp/.boltz-files", max_bytes=64 * 1024 * 1024)
+        names = next(iter(listing.values()), b"")
+        keep = {n.decode("utf-8", errors="surrogateescape") for n in names.split(b"\0") if n}
+        stream = self.sandbox.get_archive("/workspace")
+        if stream is None:
+            return
+        with tempfile.TemporaryFile() as out:
+            copied, omitted = filter_workspace(
+                io.BufferedReader(ChunkReader(stream), buffer_size=1024 * 1024),
+                out,
+                keep=keep,
+                max_bytes=settings.BOLTZ_MAX_WORKSPACE_BYTES,
+            )
+            out.seek(0)
+            name = default_storage.save(self._storage_name("workspace.tar.gz"), File(out))
+        self._set(workspace_file=name, workspace_bytes=copied, workspace_omitted=omitted[:1000])
+        self.timeline.add(
+            EventKind.FILE, action="snapshot", files=len(keep), bytes=copied, omitted=len(omitted)
+        )
 
     def check(self) -> CheckResult:
         task = self.task
@@ -404,6 +448,12 @@ class AttemptRunner:
     def keep_sandbox(self) -> None:
         if self.sandbox is None:
             return
+        row = Attempt.objects.filter(pk=self.attempt.pk).values("sandbox_deleted_at").first()
+        if row is None or row["sandbox_deleted_at"]:
+            self.sandbox.remove()
+            if row is not None:
+                self._set(sandbox_state=SandboxState.DELETED)
+            return
         try:
             self.sandbox.stop()
             self._set(sandbox_state=SandboxState.STOPPED)
@@ -415,6 +465,25 @@ class AttemptRunner:
 
     # --- the whole attempt ----------------------------------------------------------------------
     def run(self) -> None:
+        try:
+            self._run()
+        except AttemptGone:
+            log.info("attempt %s was deleted while it ran; cleaning up", self.attempt.pk)
+            if self.sandbox is not None:
+                self.sandbox.remove()
+            delete_tree(self._storage_name(""))
+        except Exception as exc:
+            # Even the bookkeeping failed: never leave the attempt looking alive.
+            log.exception("attempt %s could not be finished normally", self.attempt.pk)
+            Attempt.objects.filter(pk=self.attempt.pk).exclude(status__in=DONE_STATUSES).update(
+                status=Status.FINISHED,
+                outcome=Outcome.INFRA_ERROR,
+                finished_at=timezone.now(),
+                failure_reason=f"internal error in Boltz while finishing: {exc!r}",
+            )
+            raise
+
+    def _run(self) -> None:
         began = time.monotonic()
         outcome, reason, score = Outcome.INFRA_ERROR, "", None
         stage = "start"
@@ -438,12 +507,19 @@ class AttemptRunner:
                 outcome = Outcome.PASSED if result.passed else Outcome.FAILED
                 if result.timed_out:
                     reason = f"the check ran past its {self.task.check_timeout:g}s limit"
+        except AttemptStopped as exc:
+            outcome, reason = Outcome.CANCELLED, exc.reason
         except InfrastructureError as exc:
             reason = f"{stage}: {exc.reason}"
+            stopped = self._stopped_reason()
+            if stopped:  # the container vanished because a reviewer deleted it
+                outcome, reason = Outcome.CANCELLED, stopped
         except TaskInvalid as exc:
             reason = f"{stage}: task cannot run: {exc}"
         except SoftTimeLimitExceeded:
             reason = f"{stage}: the worker's time limit for this attempt ran out"
+        except AttemptGone:
+            raise
         except Exception as exc:  # noqa: BLE001 - a bug in Boltz is never the agent's failure
             log.exception("attempt %s crashed in %s", self.attempt.pk, stage)
             reason = f"{stage}: internal error in Boltz: {exc!r}"
@@ -452,8 +528,9 @@ class AttemptRunner:
         if outcome == Outcome.INFRA_ERROR:
             self.timeline.add(EventKind.ERROR, message=reason, infrastructure=True)
         self.timings["total"] = round(time.monotonic() - began, 3)
+        status = Status.CANCELLED if outcome == Outcome.CANCELLED else Status.FINISHED
         self._set(
-            status=Status.FINISHED,
+            status=status,
             outcome=outcome,
             failure_reason=reason,
             score=score,
@@ -462,18 +539,30 @@ class AttemptRunner:
         )
         self.timeline.add(
             EventKind.LIFECYCLE,
-            status=Status.FINISHED,
+            status=status,
             outcome=outcome,
             score=score,
             reason=reason,
-            message=f"finished: {outcome}",
+            message=f"{status}: {outcome}",
         )
+
+    def _stopped_reason(self) -> str:
+        try:
+            self._stop_if_asked()
+        except AttemptStopped as exc:
+            return exc.reason
+        return ""
 
 
 def attempt_budget(attempt: Attempt) -> float:
     """Seconds an attempt may take in all: every stage's limit plus room for Docker itself."""
     task = attempt.task
-    return task.setup_timeout + task.agent_timeout + task.check_timeout + 300
+    return (
+        task.setup_timeout
+        + task.agent_timeout
+        + task.check_timeout
+        + settings.BOLTZ_DEADLINE_MARGIN
+    )
 
 
 def claim(attempt_id: int, *, host: str) -> bool:

@@ -9,8 +9,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 
 from . import agents
+from .bundle import stream_bundle
+from .datasets import export_lines, select_attempts
+from .deletion import record_audit
 from .errors import TaskInvalid
-from .models import Actor, Attempt, EventKind, Task
+from .models import Actor, Attempt, AuditEntry, EventKind, Task
 from .timeline import Timeline
 
 MAX_AGENT_FILES_BYTES = 64 * 1024 * 1024
@@ -81,3 +84,17 @@ def attempt_enqueue(*, attempt: Attempt, queue: str | None = None) -> None:
 def host_queue(host: str) -> str:
     """The queue that only the worker of `host` consumes (operations on its live sandboxes)."""
     return f"{settings.BOLTZ_QUEUE}.host.{host}"
+
+
+def attempt_export(*, attempt: Attempt, by: str):
+    """The attempt's bundle as a stream of zip bytes; the export is recorded."""
+    record_audit(action=AuditEntry.Action.EXPORT_ATTEMPT, actor=by, attempt=attempt)
+    return stream_bundle(attempt)
+
+
+def task_export(*, task: Task, fmt: str, by: str, **filters):
+    """A task's attempts as JSONL lines (`fmt`: attempts, sft or rl); the export is recorded."""
+    attempts = select_attempts(task.attempts.all(), **filters)
+    shown = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in filters.items() if v}
+    record_audit(action=AuditEntry.Action.EXPORT_TASK, actor=by, task=task, format=fmt, **shown)
+    return export_lines(attempts, fmt)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from celery.signals import worker_ready
 from django.conf import settings
 
-from . import runner
+from . import reaper, runner
 from .errors import DockerUnavailable
 from .sandbox import runtime
 
@@ -30,3 +31,40 @@ def run_attempt(self, attempt_id: int) -> None:
         )
         return
     runner.run_attempt(attempt_id, host=settings.BOLTZ_HOST)
+
+
+@shared_task(name="boltz.remove_sandbox", acks_late=True)
+def remove_sandbox(attempt_id: int) -> None:
+    """On the owning host: remove an attempt's containers and record the sandbox as deleted."""
+    from .models import Attempt, SandboxState
+
+    runtime.remove_attempt_containers(attempt_id)
+    Attempt.objects.filter(pk=attempt_id).update(sandbox_state=SandboxState.DELETED)
+
+
+@shared_task(name="boltz.apply_retention")
+def apply_retention() -> dict:
+    """Periodic (Celery beat): retention, then the reaper on every known host."""
+    from .services import host_queue
+
+    result = reaper.apply_retention()
+    for host in reaper.known_hosts():
+        reap_host.apply_async(args=[host], queue=host_queue(host))
+    return result
+
+
+@shared_task(name="boltz.reap_host")
+def reap_host(host: str) -> dict:
+    return reaper.reap_host(host)
+
+
+@worker_ready.connect
+def on_worker_ready(sender=None, **kwargs) -> None:
+    """A (re)started worker registers its host and reaps what a lost predecessor left."""
+    from .services import host_queue
+
+    try:
+        reaper.register_host(settings.BOLTZ_HOST, settings.BOLTZ_MAX_SANDBOXES)
+    except Exception:  # noqa: BLE001 - a database hiccup must not stop the worker
+        log.exception("could not register host %s", settings.BOLTZ_HOST)
+    reap_host.apply_async(args=[settings.BOLTZ_HOST], queue=host_queue(settings.BOLTZ_HOST))

@@ -5,7 +5,8 @@ from __future__ import annotations
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
-from .models import Actor, Event
+from .errors import AttemptGone
+from .models import Actor, Attempt, Event
 
 # What any single event keeps of a free text, so one event never outgrows a row.
 MAX_TEXT = 64 * 1024
@@ -39,6 +40,8 @@ class Timeline:
                         attempt_id=self.attempt_id, seq=seq, kind=kind, actor=actor, data=data
                     )
             except IntegrityError:
+                if not Attempt.objects.filter(pk=self.attempt_id).exists():
+                    raise AttemptGone(f"attempt {self.attempt_id} was deleted") from None
                 # Someone else (the API, a reviewer) wrote this seq first: read the top again.
                 self._next = None
                 continue

@@ -144,3 +144,19 @@ BOLTZ_REPO_CACHE = DATA_DIR / "repos"
 BOLTZ_INSTANCE = env_str("BOLTZ_INSTANCE", "boltz")
 BOLTZ_SANDBOX_NETWORK = env_str("BOLTZ_SANDBOX_NETWORK", "bridge")
 CELERY_WORKER_CONCURRENCY = BOLTZ_MAX_SANDBOXES
+# Room past an attempt's own stage limits before the reaper calls its worker lost.
+BOLTZ_DEADLINE_MARGIN = env_seconds("BOLTZ_DEADLINE_MARGIN", "300")
+# Attempts are kept forever unless this is set (e.g. 90d).
+BOLTZ_ATTEMPT_RETENTION = (
+    env_seconds("BOLTZ_ATTEMPT_RETENTION", "0") if env_str("BOLTZ_ATTEMPT_RETENTION", "") else None
+)
+BOLTZ_RETENTION_INTERVAL = env_seconds("BOLTZ_RETENTION_INTERVAL", "1h")
+BOLTZ_MAX_WORKSPACE_BYTES = env_bytes("BOLTZ_MAX_WORKSPACE_BYTES", "256m")
+CELERY_BEAT_SCHEDULE = {
+    "boltz-retention-and-reaper": {
+        "task": "boltz.apply_retention",
+        "schedule": BOLTZ_RETENTION_INTERVAL,
+        "options": {"queue": BOLTZ_QUEUE},
+    },
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -107,11 +108,12 @@ def run_worker(*, queue: str, host: str, capacity: int, env: dict[str, str] | No
     }
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "manage.py", "run_worker", "--queue", queue],
+            [sys.executable, "manage.py", "run_worker"],
             cwd=ROOT,
             env=full_env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, so a test can kill it whole
         )
     try:
         deadline = time.monotonic() + 60
@@ -122,11 +124,11 @@ def run_worker(*, queue: str, host: str, capacity: int, env: dict[str, str] | No
         yield proc
     finally:
         if proc.poll() is None:
-            proc.terminate()
+            os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
 
 

@@ -137,6 +137,22 @@ def list_sandboxes(*, all_hosts: bool = False, any_instance: bool = False) -> li
 
 
 @docker_call
+def remove_attempt_containers(attempt_id: int) -> int:
+    """Remove every container of this instance on this host made for an attempt."""
+    filters = {
+        "label": [
+            f"{LABEL_ATTEMPT}={attempt_id}",
+            f"{LABEL_INSTANCE}={settings.BOLTZ_INSTANCE}",
+            f"{LABEL_HOST}={settings.BOLTZ_HOST}",
+        ]
+    }
+    removed = 0
+    for container in client().containers.list(all=True, filters=filters):
+        removed += remove_container(container.id)
+    return removed
+
+
+@docker_call
 def remove_container(container_id: str) -> bool:
     """Kill and remove a container; True if it existed."""
     try:
@@ -227,6 +243,9 @@ class Sandbox:
     def stop(self, timeout: int = 2) -> None:
         with contextlib.suppress(docker.errors.NotFound):
             client().api.stop(self.id, timeout=timeout)
+
+    def remove(self) -> None:
+        remove_container(self.id)
 
     @docker_call
     def kill_all_processes(self) -> None:

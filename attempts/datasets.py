@@ -1,0 +1,202 @@
+"""Task-level exports as JSONL: attempt records, SFT conversations, RL trajectories.
+
+Each line is built from an attempt and its timeline; docs/EXPORTS.md describes the formats.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime
+
+from django.db.models import QuerySet
+
+from .bundle import attempt_record
+from .models import Actor, Attempt, EventKind, Outcome
+
+FORMATS = ("attempts", "sft", "rl")
+SYSTEM_PROMPT = (
+    "You are a coding agent working in a sandbox on a git repository checked out at "
+    "/workspace. Use the shell tool to inspect and change files; your changes are checked "
+    "by hidden tests when you finish."
+)
+SHELL_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "shell",
+        "description": "Run a shell command in /workspace and return its exit code and output.",
+        "parameters": {
+            "type": "object",
+            "properties": {"command": {"type": "string", "description": "the command to run"}},
+            "required": ["command"],
+        },
+    },
+}
+# Outcomes that carry no signal about the agent: masked, never a reward of 0.
+MASKED_OUTCOMES = (Outcome.INFRA_ERROR, Outcome.CANCELLED, "")
+
+
+def select_attempts(
+    attempts: QuerySet[Attempt],
+    *,
+    outcome: str | None = None,
+    agent: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> QuerySet[Attempt]:
+    if outcome:
+        attempts = attempts.filter(outcome=outcome)
+    if agent:
+        attempts = attempts.filter(agent=agent)
+    if since:
+        attempts = attempts.filter(created_at__gte=since)
+    if until:
+        attempts = attempts.filter(created_at__lt=until)
+    return attempts.select_related("task").order_by("task__slug", "number")
+
+
+def _output_text(data: dict) -> str:
+    parts = []
+    for stream in ("stdout", "stderr"):
+        s = data.get(stream) or {}
+        text = s.get("head", "")
+        if s.get("truncated"):
+            text += f"\n[... {s.get('omitted_bytes', 0)} bytes omitted ...]\n"
+        text += s.get("tail", "")
+        if text:
+            parts.append(text)
+    return "\n".join(parts)
+
+
+def agent_steps(attempt: Attempt) -> list[dict]:
+    """The agent's own actions in order: messages it wrote and commands it ran, with results."""
+    steps = []
+    events = attempt.events.filter(actor=Actor.AGENT, kind__in=[EventKind.MESSAGE, EventKind.EXEC])
+    for event in events.order_by("seq").only("seq", "kind", "data"):
+        data = event.data
+        if event.kind == EventKind.MESSAGE:
+            steps.append({"type": "message", "seq": event.seq, "text": data.get("text", "")})
+        elif data.get("phase") == "end":
+            steps.append(
+                {
+                    "type": "exec",
+                    "seq": event.seq,
+                    "command": data.get("command", ""),
+                    "exit_code": data.get("exit_code"),
+                    "timed_out": bool(data.get("timed_out")),
+                    "duration": data.get("duration"),
+                    "output": _output_text(data),
+                    "truncated": bool(
+                        (data.get("stdout") or {}).get("truncated")
+                        or (data.get("stderr") or {}).get("truncated")
+                    ),
+                }
+            )
+    return steps
+
+
+def _prompt(attempt: Attempt) -> list[dict]:
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": attempt.task.instruction.strip()},
+    ]
+
+
+def _meta(attempt: Attempt) -> dict:
+    return {
+        "attempt_id": attempt.pk,
+        "task": attempt.task.slug,
+        "number": attempt.number,
+        "agent": attempt.agent,
+        "outcome": attempt.outcome,
+        "score": attempt.score,
+    }
+
+
+def sft_line(attempt: Attempt) -> dict:
+    messages = _prompt(attempt)
+    for step in agent_steps(attempt):
+        if step["type"] == "message":
+            messages.append({"role": "assistant", "content": step["text"]})
+            continue
+        call_id = f"call_{step['seq']}"
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {
+                            "name": "shell",
+                            "arguments": json.dumps({"command": step["command"]}),
+                        },
+                    }
+                ],
+            }
+        )
+        status = "timed out" if step["timed_out"] else f"exit code {step['exit_code']}"
+        messages.append(
+            {"role": "tool", "tool_call_id": call_id, "content": f"[{status}]\n{step['output']}"}
+        )
+    return {"messages": messages, "tools": [SHELL_TOOL], "metadata": _meta(attempt)}
+
+
+def rl_line(attempt: Attempt) -> dict:
+    masked = attempt.outcome in MASKED_OUTCOMES
+    trajectory = []
+    for step in agent_steps(attempt):
+        if step["type"] == "message":
+            trajectory.append(
+                {"action": {"type": "message", "text": step["text"]}, "observation": None}
+            )
+        else:
+            trajectory.append(
+                {
+                    "action": {"type": "exec", "command": step["command"]},
+                    "observation": {
+                        "exit_code": step["exit_code"],
+                        "timed_out": step["timed_out"],
+                        "output": step["output"],
+                        "truncated": step["truncated"],
+                    },
+                }
+            )
+    return {
+        **_meta(attempt),
+        "prompt": _prompt(attempt),
+        "trajectory": trajectory,
+        "reward": None if masked else (attempt.score if attempt.score is not None else 0.0),
+        "mask": masked,
+        "mask_reason": attempt.failure_reason if masked else "",
+    }
+
+
+def attempts_line(attempt: Attempt) -> dict:
+    record = attempt_record(attempt)
+    check = attempt.checks.order_by("-created_at", "-pk").prefetch_related("tests").first()
+    record["check"] = (
+        None
+        if check is None
+        else {
+            "passed": check.passed,
+            "score": check.score,
+            "source": check.source,
+            "tests_passed": check.tests_passed,
+            "tests_total": check.tests_total,
+            "tests": {t.name: t.outcome for t in check.tests.all()},
+        }
+    )
+    return record
+
+
+_BUILDERS = {"attempts": attempts_line, "sft": sft_line, "rl": rl_line}
+
+
+def export_lines(attempts: QuerySet[Attempt], fmt: str) -> Iterator[bytes]:
+    if fmt not in _BUILDERS:
+        raise ValueError(f"format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    build = _BUILDERS[fmt]
+    for attempt in attempts.iterator(chunk_size=200):
+        yield json.dumps(build(attempt), ensure_ascii=False).encode() + b"\n"

@@ -1,0 +1,40 @@
+"""Shared bits of the command-line tools."""
+
+from __future__ import annotations
+
+import getpass
+from datetime import datetime
+
+from django.core.management.base import CommandError
+from django.utils import timezone
+
+
+def cli_actor() -> str:
+    try:
+        return f"cli:{getpass.getuser()}"
+    except Exception:  # noqa: BLE001 - no user name in some containers
+        return "cli"
+
+
+def parse_date(value: str | None, option: str) -> datetime | None:
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise CommandError(
+            f"{option} {value!r}: use a date like 2026-12-01 or 2026-12-01T10:00"
+        ) from None
+    return parsed if parsed.tzinfo else timezone.make_aware(parsed, timezone.utc)
+
+
+def open_output(path: str):
+    """A binary file to write to ('-' is standard output)."""
+    import sys
+
+    if path == "-":
+        return sys.stdout.buffer
+    try:
+        return open(path, "wb")  # noqa: SIM115 - closed by the caller
+    except OSError as exc:
+        raise CommandError(f"-o {path}: {exc.strerror}") from None

@@ -1,0 +1,135 @@
+"""Keeping hosts clean: retention of kept sandboxes and attempts, and the per-host reaper that
+removes containers nobody needs and ends attempts whose worker was lost."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from .deletion import attempt_delete, sandbox_delete
+from .models import ACTIVE_STATUSES, Attempt, EventKind, Outcome, SandboxState, Status, WorkerHost
+from .sandbox import runtime
+from .timeline import Timeline
+
+log = logging.getLogger(__name__)
+RETENTION = "retention"
+REAPER = "reaper"
+
+
+def apply_retention(now=None) -> dict:
+    """Delete kept sandboxes past BOLTZ_SANDBOX_RETENTION, attempts past BOLTZ_ATTEMPT_RETENTION."""
+    now = now or timezone.now()
+    sandboxes = attempts = 0
+    cutoff = now - timedelta(seconds=settings.BOLTZ_SANDBOX_RETENTION)
+    expired = (
+        Attempt.objects.filter(finished_at__lt=cutoff, sandbox_deleted_at__isnull=True)
+        .exclude(sandbox_state=SandboxState.DELETED)
+        .select_related("task")
+    )
+    for attempt in expired.iterator(chunk_size=200):
+        sandboxes += sandbox_delete(attempt=attempt, by=RETENTION)
+    if settings.BOLTZ_ATTEMPT_RETENTION:
+        old = now - timedelta(seconds=settings.BOLTZ_ATTEMPT_RETENTION)
+        for attempt in Attempt.objects.filter(finished_at__lt=old).select_related("task"):
+            attempts += attempt_delete(attempt=attempt, by=RETENTION)
+    return {"sandboxes_deleted": sandboxes, "attempts_deleted": attempts}
+
+
+def known_hosts() -> list[str]:
+    """Hosts the reaper should visit: workers seen lately, and hosts holding sandboxes."""
+    recent = timezone.now() - timedelta(days=30)
+    names = set(WorkerHost.objects.filter(last_seen__gte=recent).values_list("name", flat=True))
+    names |= set(
+        Attempt.objects.exclude(host="")
+        .filter(
+            Q(status__in=ACTIVE_STATUSES)
+            | Q(sandbox_state__in=[SandboxState.LIVE, SandboxState.STOPPED])
+        )
+        .values_list("host", flat=True)
+        .distinct()
+    )
+    return sorted(names)
+
+
+def register_host(host: str, capacity: int) -> None:
+    WorkerHost.objects.update_or_create(
+        name=host, defaults={"capacity": capacity, "last_seen": timezone.now()}
+    )
+
+
+def mark_lost(attempt: Attempt, now) -> bool:
+    reason = (
+        f"worker lost: the attempt was still {attempt.status} on host {attempt.host} "
+        f"past its deadline ({attempt.deadline_at:%Y-%m-%d %H:%M:%S} UTC)"
+    )
+    updated = Attempt.objects.filter(pk=attempt.pk, status=attempt.status).update(
+        status=Status.FINISHED, outcome=Outcome.INFRA_ERROR, failure_reason=reason, finished_at=now
+    )
+    if updated:
+        timeline = Timeline(attempt.pk)
+        timeline.add(EventKind.ERROR, message=reason, infrastructure=True)
+        timeline.add(
+            EventKind.LIFECYCLE,
+            status=Status.FINISHED,
+            outcome=Outcome.INFRA_ERROR,
+            reason=reason,
+            message=f"finished: {Outcome.INFRA_ERROR}",
+        )
+    return bool(updated)
+
+
+def _mark_removed(attempt_id: int, why: str) -> None:
+    if Attempt.objects.filter(pk=attempt_id).update(sandbox_state=SandboxState.DELETED):
+        Timeline(attempt_id).add(EventKind.LIFECYCLE, message=f"reaper removed the sandbox: {why}")
+
+
+def reap_host(host: str | None = None, now=None) -> dict:
+    """On this worker's host: end attempts whose worker was lost, then remove every Boltz
+    container whose attempt is gone, deleted, lost, or past its retention."""
+    host = host or settings.BOLTZ_HOST
+    now = now or timezone.now()
+    lost = 0
+    stuck = Attempt.objects.filter(host=host, status__in=ACTIVE_STATUSES, deadline_at__lt=now)
+    for attempt in stuck:
+        if mark_lost(attempt, now):
+            lost += 1
+            runtime.remove_attempt_containers(attempt.pk)
+            _mark_removed(attempt.pk, "its worker was lost")
+    cutoff = now - timedelta(seconds=settings.BOLTZ_SANDBOX_RETENTION)
+    removed = []
+    for container in runtime.list_sandboxes():
+        try:
+            attempt_id = int(container["labels"].get(runtime.LABEL_ATTEMPT, ""))
+        except ValueError:
+            attempt_id = None
+        attempt = Attempt.objects.filter(pk=attempt_id).first() if attempt_id else None
+        why = None
+        if attempt is None:
+            why = "its attempt no longer exists"
+        elif attempt.sandbox_deleted_at or attempt.sandbox_state == SandboxState.DELETED:
+            why = "its sandbox was deleted"
+        elif (
+            attempt.status in (Status.FINISHED, Status.CANCELLED)
+            and attempt.finished_at
+            and attempt.finished_at < cutoff
+        ):
+            why = "past its retention"
+        if why is None:
+            continue
+        runtime.remove_container(container["id"])
+        removed.append({"container": container["name"], "attempt": attempt_id, "why": why})
+        if attempt is not None:
+            _mark_removed(attempt.pk, why)
+    for item in removed:
+        log.info(
+            "reaper on %s removed %s (attempt %s): %s",
+            host,
+            item["container"],
+            item["attempt"],
+            item["why"],
+        )
+    return {"host": host, "lost": lost, "removed": removed}

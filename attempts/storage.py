@@ -1,0 +1,28 @@
+"""Helpers over Django's storage API (a local folder by default, S3-compatible in production)."""
+
+from __future__ import annotations
+
+from django.core.files.storage import default_storage
+
+
+def delete_tree(prefix: str) -> int:
+    """Delete every stored file under `prefix` (a folder name ending in '/'). Returns a count."""
+    prefix = prefix.rstrip("/")
+    removed = 0
+    try:
+        folders, files = default_storage.listdir(prefix)
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    for name in files:
+        default_storage.delete(f"{prefix}/{name}")
+        removed += 1
+    for folder in folders:
+        removed += delete_tree(f"{prefix}/{folder}")
+    return removed
+
+
+def iter_file(name: str, chunk_size: int = 1024 * 1024):
+    """The bytes of a stored file, a chunk at a time."""
+    with default_storage.open(name, "rb") as handle:
+        while chunk := handle.read(chunk_size):
+            yield chunk
