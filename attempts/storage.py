@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 from django.core.files.storage import default_storage
 
 
@@ -18,6 +21,9 @@ def delete_tree(prefix: str) -> int:
         removed += 1
     for folder in folders:
         removed += delete_tree(f"{prefix}/{folder}")
+    # A local folder keeps empty directories; other storages have none to remove.
+    with contextlib.suppress(NotImplementedError, OSError):
+        os.rmdir(default_storage.path(prefix))
     return removed
 
 

@@ -18,7 +18,7 @@ stop() {  # stop a process started by an earlier demo, by its pid file
   rm -f "$pidfile"
 }
 
-if [ "${1:-}" = "stop" ]; then stop web; stop worker; exit 0; fi
+if [ "${1:-}" = "stop" ]; then stop web; stop beat; stop worker; exit 0; fi
 
 $PY manage.py migrate --noinput -v0
 $PY manage.py ensure_admin
@@ -30,6 +30,11 @@ echo $! > "$RUN/worker.pid"
 for _ in $(seq 1 60); do grep -q " ready." "$RUN/worker.log" && break; sleep 0.5; done
 grep -q " ready." "$RUN/worker.log" || { echo "boltz: the worker did not start; see $RUN/worker.log" >&2; exit 1; }
 echo "boltz: worker running (log: $RUN/worker.log)"
+
+stop beat
+nohup $PY manage.py run_beat > "$RUN/beat.log" 2>&1 &
+echo $! > "$RUN/beat.pid"
+echo "boltz: beat running: retention and reaper every hour (log: $RUN/beat.log)"
 
 for task in fix-add text-utils; do
   $PY manage.py run_attempts "$task" --agent reference -n 1 --timeout 300

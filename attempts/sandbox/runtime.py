@@ -130,9 +130,15 @@ def list_sandboxes(*, all_hosts: bool = False, any_instance: bool = False) -> li
     }
     if not all_hosts:
         filters["label"].append(f"{LABEL_HOST}={settings.BOLTZ_HOST}")
+    # The plain list call: no per-container inspect that could race a removal.
     return [
-        {"id": c.id, "name": c.name, "status": c.status, "labels": dict(c.labels)}
-        for c in client().containers.list(all=True, filters=filters)
+        {
+            "id": c["Id"],
+            "name": (c.get("Names") or ["?"])[0].lstrip("/"),
+            "status": c.get("State", ""),
+            "labels": c.get("Labels") or {},
+        }
+        for c in client().api.containers(all=True, filters=filters)
     ]
 
 
@@ -147,8 +153,8 @@ def remove_attempt_containers(attempt_id: int) -> int:
         ]
     }
     removed = 0
-    for container in client().containers.list(all=True, filters=filters):
-        removed += remove_container(container.id)
+    for container in client().api.containers(all=True, filters=filters):
+        removed += remove_container(container["Id"])
     return removed
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import getpass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.core.management.base import CommandError
 from django.utils import timezone
@@ -25,7 +25,7 @@ def parse_date(value: str | None, option: str) -> datetime | None:
         raise CommandError(
             f"{option} {value!r}: use a date like 2026-12-01 or 2026-12-01T10:00"
         ) from None
-    return parsed if parsed.tzinfo else timezone.make_aware(parsed, timezone.utc)
+    return parsed if parsed.tzinfo else timezone.make_aware(parsed, UTC)
 
 
 def open_output(path: str):

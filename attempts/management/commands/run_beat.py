@@ -1,0 +1,32 @@
+import os
+import sys
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+
+class Command(BaseCommand):
+    help = (
+        "Start Celery beat: every BOLTZ_RETENTION_INTERVAL it applies retention and sends the "
+        "reaper to every known Docker host. Run exactly one beat per installation."
+    )
+
+    def handle(self, *args, **options):
+        settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
+        argv = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "boltz_web",
+            "beat",
+            "-l",
+            "info",
+            "-s",
+            settings.CELERY_BEAT_SCHEDULE_FILENAME,
+        ]
+        self.stdout.write(
+            f"beat: retention and reaper every {settings.BOLTZ_RETENTION_INTERVAL:g}s"
+        )
+        self.stdout.flush()
+        os.execv(sys.executable, argv)

@@ -1,0 +1,123 @@
+"""Retention and the reaper, with real workers, a real beat process and a worker SIGKILLed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from attempts.models import Attempt, EventKind, Outcome, SandboxState, Status, WorkerHost
+from attempts.sandbox import runtime
+from attempts.services import attempt_create, host_queue
+from attempts.tasks import reap_host
+from tests.conftest import ROOT, _worker_database_env, run_worker, wait_finished
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]
+
+
+def containers_of(attempt_id: int) -> list[dict]:
+    return [
+        c
+        for c in runtime.list_sandboxes(all_hosts=True)
+        if c["labels"].get(runtime.LABEL_ATTEMPT) == str(attempt_id)
+    ]
+
+
+def wait_until(predicate, timeout=40, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def test_a_worker_killed_mid_attempt_is_marked_and_its_container_reaped(
+    django_db_setup, docker_ready, redis_ready, load_example
+):
+    queue, host = f"lost-{uuid.uuid4().hex[:8]}", f"lost-host-{uuid.uuid4().hex[:4]}"
+    task = load_example("fix-add", agent_timeout=3, check_timeout=2, setup_timeout=1)
+    env = {"BOLTZ_DEADLINE_MARGIN": "1"}
+    with run_worker(queue=queue, host=host, capacity=1, env=env) as proc:
+        attempt = attempt_create(
+            task=task, agent="command", command="echo go; sleep 600", queue=queue
+        )
+        wait_until(
+            lambda: attempt.events.filter(kind=EventKind.OUTPUT).exists(), what="the agent to start"
+        )
+        os.killpg(proc.pid, signal.SIGKILL)  # the worker and its pool, mid-attempt
+        proc.wait()
+    attempt.refresh_from_db()
+    assert attempt.status == Status.RUNNING and len(containers_of(attempt.pk)) == 1
+    wait_until(
+        lambda: timezone.now() > Attempt.objects.get(pk=attempt.pk).deadline_at,
+        what="the deadline to pass",
+    )
+    # A new worker on the same host reaps what its lost predecessor left, as it starts.
+    with run_worker(queue=queue, host=host, capacity=1, env=env):
+        wait_until(
+            lambda: Attempt.objects.get(pk=attempt.pk).status == Status.FINISHED,
+            what="the reaper to mark the attempt",
+        )
+        wait_until(lambda: not containers_of(attempt.pk), what="the container to go")
+    attempt.refresh_from_db()
+    assert attempt.outcome == Outcome.INFRA_ERROR and attempt.score is None
+    assert attempt.failure_reason.startswith(
+        f"worker lost: the attempt was still running on host {host}"
+    )
+    assert attempt.sandbox_state == SandboxState.DELETED
+    assert WorkerHost.objects.filter(name=host).exists()
+
+
+def test_reaper_removes_containers_whose_attempt_is_gone_or_expired(worker, load_example, settings):
+    task = load_example("fix-add")
+    orphan, expired, kept = wait_finished(
+        [attempt_create(task=task, agent="noop") for _ in range(3)]
+    )
+    Attempt.objects.filter(pk=orphan.pk).delete()  # behind Boltz's back: no service called
+    Attempt.objects.filter(pk=expired.pk).update(finished_at=timezone.now() - timedelta(days=8))
+    reap_host.apply_async(args=[settings.BOLTZ_HOST], queue=host_queue(settings.BOLTZ_HOST))
+    wait_until(
+        lambda: not containers_of(orphan.pk) and not containers_of(expired.pk), what="the reaper"
+    )
+    assert len(containers_of(kept.pk)) == 1
+    expired.refresh_from_db()
+    assert expired.sandbox_state == SandboxState.DELETED
+    assert "past its retention" in expired.events.last().data["message"]
+
+
+def test_beat_applies_retention_to_kept_sandboxes(worker, load_example, settings):
+    task = load_example("fix-add")
+    old, fresh = wait_finished([attempt_create(task=task, agent="noop") for _ in range(2)])
+    Attempt.objects.filter(pk=old.pk).update(finished_at=timezone.now() - timedelta(days=8))
+    env = {
+        **os.environ,
+        **_worker_database_env(),
+        "BOLTZ_RETENTION_INTERVAL": "1",
+        "BOLTZ_DATA_DIR": str(settings.DATA_DIR),
+    }
+    beat = subprocess.Popen(
+        [sys.executable, "manage.py", "run_beat"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(
+            lambda: Attempt.objects.get(pk=old.pk).sandbox_state == SandboxState.DELETED,
+            what="retention to delete the old sandbox",
+        )
+    finally:
+        beat.terminate()
+        beat.wait(timeout=20)
+    old.refresh_from_db()
+    assert old.sandbox_deleted_by == "retention" and not containers_of(old.pk)
+    assert Attempt.objects.get(pk=fresh.pk).sandbox_state == SandboxState.STOPPED
+    assert len(containers_of(fresh.pk)) == 1
