@@ -11,7 +11,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .deletion import attempt_delete, sandbox_delete
-from .models import ACTIVE_STATUSES, Attempt, EventKind, Outcome, SandboxState, Status, WorkerHost
+from .models import ACTIVE_STATUSES, Attempt, EventKind, SandboxState, Status, WorkerHost
+from .runner import mark_infra_error
 from .sandbox import runtime
 from .timeline import Timeline
 
@@ -61,25 +62,12 @@ def register_host(host: str, capacity: int) -> None:
     )
 
 
-def mark_lost(attempt: Attempt, now) -> bool:
+def mark_lost(attempt: Attempt) -> bool:
     reason = (
         f"worker lost: the attempt was still {attempt.status} on host {attempt.host} "
         f"past its deadline ({attempt.deadline_at:%Y-%m-%d %H:%M:%S} UTC)"
     )
-    updated = Attempt.objects.filter(pk=attempt.pk, status=attempt.status).update(
-        status=Status.FINISHED, outcome=Outcome.INFRA_ERROR, failure_reason=reason, finished_at=now
-    )
-    if updated:
-        timeline = Timeline(attempt.pk)
-        timeline.add(EventKind.ERROR, message=reason, infrastructure=True)
-        timeline.add(
-            EventKind.LIFECYCLE,
-            status=Status.FINISHED,
-            outcome=Outcome.INFRA_ERROR,
-            reason=reason,
-            message=f"finished: {Outcome.INFRA_ERROR}",
-        )
-    return bool(updated)
+    return mark_infra_error(attempt.pk, reason, expected_status=attempt.status)
 
 
 def _mark_removed(attempt_id: int, why: str) -> None:
@@ -95,7 +83,7 @@ def reap_host(host: str | None = None, now=None) -> dict:
     lost = 0
     stuck = Attempt.objects.filter(host=host, status__in=ACTIVE_STATUSES, deadline_at__lt=now)
     for attempt in stuck:
-        if mark_lost(attempt, now):
+        if mark_lost(attempt):
             lost += 1
             runtime.remove_attempt_containers(attempt.pk)
             _mark_removed(attempt.pk, "its worker was lost")

@@ -590,17 +590,19 @@ def run_attempt(attempt_id: int, *, host: str) -> bool:
     return True
 
 
-def mark_infra_error(attempt_id: int, reason: str) -> bool:
-    """End a queued attempt as an infrastructure error (it never ran)."""
-    updated = Attempt.objects.filter(pk=attempt_id, status=Status.QUEUED).update(
+def mark_infra_error(attempt_id: int, reason: str, *, expected_status: str = Status.QUEUED) -> bool:
+    """End an attempt that no worker is running (still `expected_status`) as an
+    infrastructure error with `reason`. A compare-and-set: False if its status moved on."""
+    updated = Attempt.objects.filter(pk=attempt_id, status=expected_status).update(
         status=Status.FINISHED,
         outcome=Outcome.INFRA_ERROR,
         failure_reason=reason,
         finished_at=timezone.now(),
     )
     if updated:
-        Timeline(attempt_id).add(EventKind.ERROR, message=reason, infrastructure=True)
-        Timeline(attempt_id).add(
+        timeline = Timeline(attempt_id)
+        timeline.add(EventKind.ERROR, message=reason, infrastructure=True)
+        timeline.add(
             EventKind.LIFECYCLE,
             status=Status.FINISHED,
             outcome=Outcome.INFRA_ERROR,

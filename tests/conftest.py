@@ -155,6 +155,25 @@ def wait_finished(attempts, timeout: float = 90):
         time.sleep(0.2)
 
 
+def wait_until(predicate, timeout: float = 40, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def containers_of(attempt_id: int) -> list[dict]:
+    """The containers of this test run made for an attempt (on any host)."""
+    from attempts.sandbox import runtime
+
+    return [
+        c
+        for c in runtime.list_sandboxes(all_hosts=True)
+        if c["labels"].get(runtime.LABEL_ATTEMPT) == str(attempt_id)
+    ]
+
+
 @pytest.fixture
 def load_example(docker_ready):
     from attempts.taskdirs import load_task_dir

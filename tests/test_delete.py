@@ -20,27 +20,10 @@ from attempts.models import (
     Status,
     Task,
 )
-from attempts.sandbox import runtime
 from attempts.services import attempt_create
-from tests.conftest import wait_finished
+from tests.conftest import containers_of, wait_finished, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]
-
-
-def containers_of(attempt_id: int) -> list[dict]:
-    return [
-        c
-        for c in runtime.list_sandboxes(all_hosts=True)
-        if c["labels"].get(runtime.LABEL_ATTEMPT) == str(attempt_id)
-    ]
-
-
-def wait_until(predicate, timeout=30, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def wait_running(attempt):

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from datetime import timedelta
 
@@ -14,28 +13,18 @@ import pytest
 from django.utils import timezone
 
 from attempts.models import Attempt, EventKind, Outcome, SandboxState, Status, WorkerHost
-from attempts.sandbox import runtime
 from attempts.services import attempt_create, host_queue
 from attempts.tasks import reap_host
-from tests.conftest import ROOT, _worker_database_env, run_worker, wait_finished
+from tests.conftest import (
+    ROOT,
+    _worker_database_env,
+    containers_of,
+    run_worker,
+    wait_finished,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]
-
-
-def containers_of(attempt_id: int) -> list[dict]:
-    return [
-        c
-        for c in runtime.list_sandboxes(all_hosts=True)
-        if c["labels"].get(runtime.LABEL_ATTEMPT) == str(attempt_id)
-    ]
-
-
-def wait_until(predicate, timeout=40, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def test_a_worker_killed_mid_attempt_is_marked_and_its_container_reaped(

@@ -38,3 +38,12 @@ def open_output(path: str):
         return open(path, "wb")  # noqa: SIM115 - closed by the caller
     except OSError as exc:
         raise CommandError(f"-o {path}: {exc.strerror}") from None
+
+
+def exec_celery(*args: str) -> None:
+    """Replace this process with `celery -A boltz_web ARGS` (signals then reach Celery itself)."""
+    import os
+    import sys
+
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "celery", "-A", "boltz_web", *args])

@@ -1,8 +1,7 @@
-import os
-import sys
-
 from django.conf import settings
 from django.core.management.base import BaseCommand
+
+from ._common import exec_celery
 
 
 class Command(BaseCommand):
@@ -13,20 +12,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
-        argv = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "boltz_web",
-            "beat",
-            "-l",
-            "info",
-            "-s",
-            settings.CELERY_BEAT_SCHEDULE_FILENAME,
-        ]
         self.stdout.write(
             f"beat: retention and reaper every {settings.BOLTZ_RETENTION_INTERVAL:g}s"
         )
-        self.stdout.flush()
-        os.execv(sys.executable, argv)
+        exec_celery("beat", "-l", "info", "-s", settings.CELERY_BEAT_SCHEDULE_FILENAME)

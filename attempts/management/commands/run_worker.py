@@ -1,10 +1,11 @@
 import os
-import sys
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from attempts.services import host_queue
+
+from ._common import exec_celery
 
 
 class Command(BaseCommand):
@@ -15,31 +16,24 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--loglevel", default="info")
-        parser.add_argument(
-            "--queue", help="the shared queue only (default: BOLTZ_QUEUE and the host's own queue)"
-        )
 
-    def handle(self, *args, loglevel, queue=None, **options):
-        queues = queue or f"{settings.BOLTZ_QUEUE},{host_queue(settings.BOLTZ_HOST)}"
-        argv = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "boltz_web",
+    def handle(self, *args, loglevel, **options):
+        queues = f"{settings.BOLTZ_QUEUE},{host_queue(settings.BOLTZ_HOST)}"
+        self.stdout.write(
+            f"worker for host {settings.BOLTZ_HOST}: queues {queues}, "
+            f"capacity {settings.BOLTZ_MAX_SANDBOXES}"
+        )
+        exec_celery(
             "worker",
             "-Q",
             queues,
             "-c",
             str(settings.BOLTZ_MAX_SANDBOXES),
             "-n",
-            f"boltz@{settings.BOLTZ_HOST}",
+            f"boltz-{os.getpid()}@{settings.BOLTZ_HOST}",
             "-l",
             loglevel,
-        ]
-        self.stdout.write(
-            f"worker for host {settings.BOLTZ_HOST}: queues {queues}, "
-            f"capacity {settings.BOLTZ_MAX_SANDBOXES}"
+            # Workers find their work in Redis; they need not talk to each other.
+            "--without-mingle",
+            "--without-gossip",
         )
-        self.stdout.flush()
-        os.execv(sys.executable, argv)
