@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 import unidiff
 from pygments.lexers import get_lexer_for_filename
 from pygments.lexers.special import TextLexer
-from pygments.token import Token
+from pygments.token import STANDARD_TYPES, Token
 from pygments.util import ClassNotFound
+from unidiff.constants import LINE_TYPE_NO_NEWLINE
 
 _FILE_START = re.compile(r"^diff --git ", re.MULTILINE)
 # A file whose diff has more lines than this is collapsed and loaded on request.
@@ -65,13 +66,17 @@ def _strip_prefix(path: str | None) -> str:
 def split_files(diff: str) -> list[DiffFile]:
     """The files of a git diff, with status and +/- counts (no line parsing yet)."""
     starts = [m.start() for m in _FILE_START.finditer(diff)]
+    if diff.strip() and (not starts or diff[: starts[0]].strip()):
+        raise unidiff.UnidiffParseError("the diff does not start with a file header")
     files = []
     for i, start in enumerate(starts):
-        chunk = diff[start: starts[i + 1] if i + 1 < len(starts) else len(diff)]
+        chunk = diff[start : starts[i + 1] if i + 1 < len(starts) else len(diff)]
         try:
             patched = unidiff.PatchSet(chunk, metadata_only=True)[0]
         except (unidiff.UnidiffParseError, IndexError):
-            raise unidiff.UnidiffParseError(f"file {i + 1} of the diff could not be parsed")
+            raise unidiff.UnidiffParseError(
+                f"file {i + 1} of the diff could not be parsed"
+            ) from None
         old, new = _strip_prefix(patched.source_file), _strip_prefix(patched.target_file)
         header = chunk.split("\n", 1)[0]
         if not old and not new:  # mode-only or binary without ---/+++ lines: use the header
@@ -89,8 +94,18 @@ def split_files(diff: str) -> list[DiffFile]:
             status = "mode"
         else:
             status = "modified"
-        files.append(DiffFile(i, old or new, new or old, status, patched.added, patched.removed,
-                              chunk.count("\n"), chunk))
+        files.append(
+            DiffFile(
+                i,
+                old or new,
+                new or old,
+                status,
+                patched.added,
+                patched.removed,
+                chunk.count("\n"),
+                chunk,
+            )
+        )
     return files
 
 
@@ -104,8 +119,6 @@ def _lexer(path: str):
 
 def _css_class(ttype) -> str:
     # Pygments' short class names (as HtmlFormatter uses): Token.Keyword -> "k".
-    from pygments.token import STANDARD_TYPES
-
     while ttype not in STANDARD_TYPES:
         ttype = ttype.parent
     return STANDARD_TYPES[ttype]
@@ -151,51 +164,61 @@ def render_line(text: str, path: str, changed: list[tuple[int, int]] = ()) -> st
     return "".join(out).rstrip("\n")
 
 
+def _paired_rows(removed: list, added: list, path: str) -> list[Row]:
+    """A run of removed lines and the added lines after it, side by side, with the changed
+    characters of each old/new pair marked."""
+    rows = []
+    for i in range(max(len(removed), len(added))):
+        old = removed[i] if i < len(removed) else None
+        new = added[i] if i < len(added) else None
+        old_text = old.value.rstrip("\n") if old else ""
+        new_text = new.value.rstrip("\n") if new else ""
+        old_marks, new_marks = _changed_ranges(old_text, new_text) if old and new else ([], [])
+        rows.append(
+            Row(
+                "change",
+                old.source_line_no if old else None,
+                new.target_line_no if new else None,
+                render_line(old_text, path, old_marks) if old else None,
+                render_line(new_text, path, new_marks) if new else None,
+            )
+        )
+    return rows
+
+
 def side_by_side(file: DiffFile) -> list[Row]:
     """The rows of one file's diff, old on the left and new on the right."""
     patched = unidiff.PatchSet(file.text)[0]
     rows: list[Row] = []
     path = file.path
     for hunk in patched:
-        rows.append(Row("hunk", header=html.escape(
-            f"@@ -{hunk.source_start},{hunk.source_length} "
-            f"+{hunk.target_start},{hunk.target_length} @@ {hunk.section_header}".rstrip())))
+        rows.append(
+            Row(
+                "hunk",
+                header=html.escape(
+                    f"@@ -{hunk.source_start},{hunk.source_length} "
+                    f"+{hunk.target_start},{hunk.target_length} @@ {hunk.section_header}".rstrip()
+                ),
+            )
+        )
         removed: list = []
         added: list = []
-
-        def flush() -> None:
-            for i in range(max(len(removed), len(added))):
-                old = removed[i] if i < len(removed) else None
-                new = added[i] if i < len(added) else None
-                old_text = old.value.rstrip("\n") if old else ""
-                new_text = new.value.rstrip("\n") if new else ""
-                old_marks, new_marks = _changed_ranges(old_text, new_text) if old and new \
-                    else ([], [])
-                rows.append(Row(
-                    "change",
-                    old.source_line_no if old else None,
-                    new.target_line_no if new else None,
-                    render_line(old_text, path, old_marks) if old else None,
-                    render_line(new_text, path, new_marks) if new else None,
-                ))
-            removed.clear()
-            added.clear()
-
         for line in hunk:
             if line.is_removed:
                 if added:
-                    flush()
+                    rows += _paired_rows(removed, added, path)
+                    removed, added = [], []
                 removed.append(line)
             elif line.is_added:
                 added.append(line)
             else:
-                flush()
-                if line.line_type == unidiff.LINE_TYPE_NO_NEWLINE:
+                rows += _paired_rows(removed, added, path)
+                removed, added = [], []
+                if line.line_type == LINE_TYPE_NO_NEWLINE:
                     continue
-                text = line.value.rstrip("\n")
-                shown = render_line(text, path)
+                shown = render_line(line.value.rstrip("\n"), path)
                 rows.append(Row("context", line.source_line_no, line.target_line_no, shown, shown))
-        flush()
+        rows += _paired_rows(removed, added, path)
     return rows
 
 

@@ -123,6 +123,14 @@ class Attempt(models.Model):
     )
     sandbox_deleted_at = models.DateTimeField(null=True, blank=True)
     sandbox_deleted_by = models.CharField(max_length=150, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_by = models.CharField(max_length=150, blank=True)
+    rerun_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns"
+    )
+    commits = models.JSONField(
+        default=list, blank=True, help_text="Commits the agent made: [{id, author, subject}]."
+    )
 
     timings = models.JSONField(default=dict, blank=True, help_text="Seconds per stage.")
     created_at = models.DateTimeField(default=timezone.now)
@@ -136,7 +144,10 @@ class Attempt(models.Model):
             models.UniqueConstraint(fields=["task", "number"], name="attempt_number_per_task"),
         ]
         indexes = [models.Index(fields=["status"]), models.Index(fields=["task", "outcome"])]
-        permissions = [("export_attempt", "Can export attempts")]
+        permissions = [
+            ("export_attempt", "Can export attempts"),
+            ("control_attempt", "Can start, cancel, re-run and re-check attempts"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.task.slug} #{self.number}"
@@ -212,6 +223,10 @@ class CheckResult(models.Model):
     reward = models.JSONField(null=True, blank=True)
     tests_total = models.PositiveIntegerField(default=0)
     tests_passed = models.PositiveIntegerField(default=0)
+    requested_by = models.CharField(max_length=150, blank=True, help_text="Who asked a re-check.")
+    outcome_changed = models.BooleanField(
+        default=False, help_text="A re-check of the same files whose result differs: flaky."
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -235,6 +250,7 @@ class TestOutcome(models.Model):
     outcome = models.CharField(max_length=16, choices=Result.choices)
     duration = models.FloatField(default=0)
     message = models.TextField(blank=True)
+    flaky = models.BooleanField(default=False, help_text="Another check of the same files differs.")
 
     class Meta:
         ordering = ["check_result", "name"]

@@ -49,6 +49,7 @@ CHECK_DIR = "/tmp/boltz-check"
 BOLTZ_DIR = "/tmp/boltz"
 LIVE_FLUSH_BYTES = 4096
 LIVE_FLUSH_SECONDS = 0.5
+STOP_CHECK_SECONDS = 1.0
 MAX_CHECK_FILE = 8 * 1024 * 1024
 
 _DIFF_SCRIPT = r"""
@@ -61,6 +62,8 @@ git -c core.hooksPath=/dev/null -c core.fsmonitor=false add --all
 git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c core.quotepath=false \
     -c diff.noprefix=false -c diff.external= diff --cached --binary --no-color --no-ext-diff -M "$1"
 git ls-files -z > /tmp/.boltz-files
+git -c core.hooksPath=/dev/null log -z --max-count=200 --format='%H%x09%an%x09%s' "$1"..HEAD \
+    > /tmp/.boltz-commits 2>/dev/null || true
 """
 
 _CLEAR_FOR_CHECK = r"""
@@ -122,6 +125,8 @@ class AttemptRunner:
         self.sandbox: Sandbox | None = None
         self.timings: dict[str, float] = {}
         self._exec_count = 0
+        self._last_stop_check = 0.0
+        self.rechecking = False
 
     # --- bookkeeping -------------------------------------------------------------------------
     def _set(self, **fields) -> None:
@@ -131,14 +136,23 @@ class AttemptRunner:
             setattr(self.attempt, name, value)
 
     def _stop_if_asked(self) -> None:
-        """Between steps: has a reviewer deleted this attempt's sandbox meanwhile?"""
+        """Between steps and while commands run: has a reviewer cancelled this attempt, or
+        deleted its sandbox, meanwhile?"""
+        self._last_stop_check = time.monotonic()
         row = (
             Attempt.objects.filter(pk=self.attempt.pk)
-            .values("sandbox_deleted_at", "sandbox_deleted_by")
+            .values(
+                "sandbox_deleted_at",
+                "sandbox_deleted_by",
+                "cancel_requested_by",
+                "cancel_requested_at",
+            )
             .first()
         )
         if row is None:
             raise AttemptGone(f"attempt {self.attempt.pk} was deleted")
+        if row["cancel_requested_at"] and not self.rechecking:
+            raise AttemptStopped(f"cancelled by {row['cancel_requested_by']}")
         if row["sandbox_deleted_at"]:
             raise AttemptStopped(
                 f"its sandbox was deleted by {row['sandbox_deleted_by']} while the attempt ran"
@@ -217,6 +231,8 @@ class AttemptRunner:
             def on_tick() -> None:
                 if live and time.monotonic() - last_flush[0] >= LIVE_FLUSH_SECONDS:
                     flush()
+                if time.monotonic() - self._last_stop_check >= STOP_CHECK_SECONDS:
+                    self._stop_if_asked()  # raises to end the command at once
 
             result = self.sandbox.exec(
                 argv, timeout=timeout, on_output=on_output, on_tick=on_tick, environment=environment
@@ -377,14 +393,39 @@ class AttemptRunner:
             )
             out.seek(0)
             name = default_storage.save(self._storage_name("workspace.tar.gz"), File(out))
-        self._set(workspace_file=name, workspace_bytes=copied, workspace_omitted=omitted[:1000])
+        commits = []
+        for raw in next(
+            iter(self.sandbox.read_files("/tmp/.boltz-commits", max_bytes=1 << 20).values()), b""
+        ).split(b"\0"):
+            parts = raw.decode("utf-8", errors="replace").strip("\n").split("\t", 2)
+            if len(parts) == 3:
+                commits.append(
+                    {"id": parts[0], "author": parts[1][:200], "subject": parts[2][:500]}
+                )
+        self._set(
+            workspace_file=name,
+            workspace_bytes=copied,
+            workspace_omitted=omitted[:1000],
+            commits=commits,
+        )
         self.timeline.add(
             EventKind.FILE, action="snapshot", files=len(keep), bytes=copied, omitted=len(omitted)
         )
 
-    def check(self) -> CheckResult:
+    def check(self, *, requested_by: str = "") -> CheckResult:
         task = self.task
-        self._status(Status.CHECKING, "ending the agent's processes, restoring hidden check files")
+        if requested_by:
+            self.timeline.add(
+                EventKind.LIFECYCLE,
+                actor=Actor.REVIEWER,
+                action="recheck",
+                by=requested_by,
+                message=f"re-check of the same files by {requested_by}",
+            )
+        else:
+            self._status(
+                Status.CHECKING, "ending the agent's processes, restoring hidden check files"
+            )
         # No process of the agent's may outlive its stage and touch the files under check.
         self.sandbox.kill_all_processes()
         env = {"BOLTZ_CHECK_DIR": CHECK_DIR}
@@ -421,6 +462,7 @@ class AttemptRunner:
                 reward=score.reward,
                 tests_total=score.tests_counted,
                 tests_passed=score.tests_passed,
+                requested_by=requested_by,
             )
             TestOutcome.objects.bulk_create(
                 TestOutcome(
@@ -432,8 +474,10 @@ class AttemptRunner:
                 )
                 for t in score.tests
             )
+            flipped = mark_flaky(result) if requested_by else []
         self.timeline.add(
             EventKind.CHECK,
+            flipped=flipped[:100],
             passed=score.passed,
             score=score.score,
             source=score.source,
@@ -610,3 +654,48 @@ def mark_infra_error(attempt_id: int, reason: str, *, expected_status: str = Sta
             message=f"finished: {Outcome.INFRA_ERROR}",
         )
     return bool(updated)
+
+
+def mark_flaky(result: CheckResult) -> list[str]:
+    """Compare a re-check with the checks before it on the same files: flag the tests whose
+    outcome differs (on both sides) and the check whose result differs. Returns the names."""
+    earlier = CheckResult.objects.filter(attempt_id=result.attempt_id, pk__lt=result.pk)
+    if not earlier.exists():
+        return []
+    seen: dict[str, set[str]] = {}
+    for name, outcome in TestOutcome.objects.filter(
+        check_result__attempt_id=result.attempt_id
+    ).values_list("name", "outcome"):
+        seen.setdefault(name, set()).add(outcome)
+    flipped = sorted(name for name, outcomes in seen.items() if len(outcomes) > 1)
+    if flipped:
+        TestOutcome.objects.filter(
+            check_result__attempt_id=result.attempt_id, name__in=flipped
+        ).update(flaky=True)
+    changed = bool(flipped) or earlier.exclude(passed=result.passed).exists()
+    if changed:
+        CheckResult.objects.filter(pk=result.pk).update(outcome_changed=True)
+        result.outcome_changed = True
+    return flipped
+
+
+def recheck_attempt(attempt_id: int, *, by: str) -> None:
+    """Run the check again on the kept sandbox's files; the new result is kept beside the old."""
+    attempt = Attempt.objects.select_related("task").filter(pk=attempt_id).first()
+    if attempt is None or not attempt.container_id:
+        return
+    runner = AttemptRunner(attempt)
+    runner.rechecking = True
+    runner.sandbox = Sandbox(attempt.container_id)
+    try:
+        runner.sandbox.start()
+        runner.check(requested_by=by)
+    except (InfrastructureError, AttemptStopped) as exc:
+        reason = getattr(exc, "reason", str(exc))
+        runner.timeline.add(
+            EventKind.ERROR, message=f"re-check failed: {reason}", infrastructure=True
+        )
+    except AttemptGone:
+        return
+    finally:
+        runner.keep_sandbox()

@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from collections import Counter
+from datetime import UTC, datetime
+from math import comb
 
-from django.db.models import QuerySet
+from django.db.models import Avg, Count, Max, Q, QuerySet
 
-from .models import SCORED_OUTCOMES, Attempt
+from .models import (
+    DONE_STATUSES,
+    SCORED_OUTCOMES,
+    Attempt,
+    CheckResult,
+    Outcome,
+    Task,
+    TestOutcome,
+)
 
 
 def attempts_summary(attempts: QuerySet[Attempt]) -> str:
@@ -32,3 +42,130 @@ def attempts_summary(attempts: QuerySet[Attempt]) -> str:
         else f"mean score (infrastructure errors excluded): {mean}"
     )
     return "\n".join(lines)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float | None:
+    """The unbiased pass@k estimate from n attempts of which c passed (None if n < k)."""
+    if n < k:
+        return None
+    if n - c < k:
+        return 1.0
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+TASK_SORTS = {
+    "slug": lambda r: r["task"].slug,
+    "attempts": lambda r: r["n"],
+    "pass_rate": lambda r: -1 if r["pass_rate"] is None else r["pass_rate"],
+    "mean_score": lambda r: -1 if r["mean_score"] is None else r["mean_score"],
+    "activity": lambda r: r["last_activity"] or datetime.min.replace(tzinfo=UTC),
+}
+
+
+def task_rows(*, search: str = "", sort: str = "slug") -> list[dict]:
+    """Every task with its attempt counts by outcome, pass rate, pass@1/@5, mean score and
+    last activity: one query."""
+    scored = Q(attempts__outcome__in=SCORED_OUTCOMES)
+    tasks = Task.objects.annotate(
+        n_total=Count("attempts"),
+        n_scored=Count("attempts", filter=scored),
+        **{f"n_{o}": Count("attempts", filter=Q(attempts__outcome=o)) for o in Outcome.values},
+        n_active=Count("attempts", filter=~Q(attempts__status__in=DONE_STATUSES)),
+        mean_score=Avg("attempts__score", filter=scored),
+        last_activity=Max("attempts__created_at"),
+    ).only("slug", "title")
+    if search:
+        tasks = tasks.filter(Q(slug__icontains=search) | Q(title__icontains=search))
+    rows = []
+    for t in tasks:
+        n, c = t.n_scored, t.n_passed
+        rows.append(
+            {
+                "task": t,
+                "n": t.n_total,
+                "scored": n,
+                "active": t.n_active,
+                "counts": {o: getattr(t, f"n_{o}") for o in Outcome.values},
+                "pass_rate": c / n if n else None,
+                "pass_at_1": pass_at_k(n, c, 1),
+                "pass_at_5": pass_at_k(n, c, 5),
+                "mean_score": t.mean_score,
+                "last_activity": t.last_activity,
+            }
+        )
+    descending = sort.startswith("-")
+    key = TASK_SORTS.get(sort.lstrip("-"), TASK_SORTS["slug"])
+    return sorted(rows, key=key, reverse=descending)
+
+
+def latest_checks(attempt_ids) -> dict[int, CheckResult]:
+    """The last check of each attempt (one query)."""
+    latest: dict[int, CheckResult] = {}
+    for check in CheckResult.objects.filter(attempt_id__in=attempt_ids).order_by(
+        "created_at", "pk"
+    ):
+        latest[check.attempt_id] = check
+    return latest
+
+
+def test_grid(attempts: list[Attempt]) -> dict:
+    """Tests x attempts: each attempt's outcome per test in its last check ('not run' when
+    absent), and the tests whose outcome differed between checks of the same files."""
+    ids = [a.pk for a in attempts]
+    rows = TestOutcome.objects.filter(check_result__attempt_id__in=ids).values_list(
+        "check_result__attempt_id", "check_result_id", "name", "outcome"
+    )
+    last_check: dict[int, int] = {}
+    cells: dict[tuple[int, str], str] = {}
+    per_attempt: dict[tuple[int, str], set[str]] = {}
+    for attempt_id, check_id, name, outcome in rows.order_by("check_result_id"):
+        last_check[attempt_id] = max(last_check.get(attempt_id, 0), check_id)
+        per_attempt.setdefault((attempt_id, name), set()).add(outcome)
+        cells[(attempt_id, name)] = outcome  # ordered by check: the last one wins
+    names = sorted({name for _, name in cells})
+    flaky = sorted({name for (_, name), seen in per_attempt.items() if len(seen) > 1})
+    grid = [
+        {
+            "name": name,
+            "flaky": name in flaky,
+            "cells": [cells.get((a.pk, name), "not run") for a in attempts],
+        }
+        for name in names
+    ]
+    return {"attempts": attempts, "rows": grid, "flaky": flaky}
+
+
+def plot_points(task: Task, limit: int = 500) -> dict:
+    """Recent finished attempts as (number, seconds, outcome) for the task page's plot."""
+    rows = list(
+        task.attempts.exclude(finished_at=None)
+        .exclude(started_at=None)
+        .order_by("-number")
+        .values_list("number", "started_at", "finished_at", "outcome")[:limit]
+    )
+    points = [(n, (f - s).total_seconds(), o) for n, s, f, o in reversed(rows)]
+    if not points:
+        return {"points": [], "width": 640, "height": 160}
+    width, height, pad = 640, 160, 28
+    lo, hi = points[0][0], points[-1][0]
+    top = max(p[1] for p in points) or 1.0
+    placed = [
+        {
+            "x": round(pad + (n - lo) / max(hi - lo, 1) * (width - 2 * pad), 1),
+            "y": round(height - pad - secs / top * (height - 2 * pad), 1),
+            "number": n,
+            "seconds": round(secs, 2),
+            "outcome": o or "none",
+        }
+        for n, secs, o in points
+    ]
+    return {
+        "points": placed,
+        "width": width,
+        "height": height,
+        "pad": pad,
+        "max_seconds": round(top, 1),
+        "first": lo,
+        "last": hi,
+        "baseline": height - pad,
+    }

@@ -7,13 +7,24 @@ from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.db import IntegrityError, transaction
 from django.db.models import Max
+from django.utils import timezone
 
 from . import agents
 from .bundle import stream_bundle
 from .datasets import export_lines, select_attempts
 from .deletion import record_audit
 from .errors import TaskInvalid
-from .models import Actor, Attempt, AuditEntry, EventKind, Task
+from .models import (
+    DONE_STATUSES,
+    Actor,
+    Attempt,
+    AuditEntry,
+    EventKind,
+    Outcome,
+    SandboxState,
+    Status,
+    Task,
+)
 from .timeline import Timeline
 
 MAX_AGENT_FILES_BYTES = 64 * 1024 * 1024
@@ -98,3 +109,77 @@ def task_export(*, task: Task, fmt: str, by: str, **filters):
     shown = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in filters.items() if v}
     record_audit(action=AuditEntry.Action.EXPORT_TASK, actor=by, task=task, format=fmt, **shown)
     return export_lines(attempts, fmt)
+
+
+def attempt_cancel(*, attempt: Attempt, by: str) -> bool:
+    """Cancel a queued or running attempt. A queued one ends at once; a running one is stopped
+    by its worker within a second (its processes and container stop). False if it had ended."""
+    now = timezone.now()
+    with transaction.atomic():
+        if Attempt.objects.filter(pk=attempt.pk, status=Status.QUEUED).update(
+            status=Status.CANCELLED,
+            outcome=Outcome.CANCELLED,
+            finished_at=now,
+            cancel_requested_at=now,
+            cancel_requested_by=by,
+            failure_reason=f"cancelled by {by} before it started",
+        ):
+            Timeline(attempt.pk).add(
+                EventKind.LIFECYCLE,
+                actor=Actor.REVIEWER,
+                action="cancel",
+                by=by,
+                status=Status.CANCELLED,
+                message=f"cancelled by {by} before it started",
+            )
+            return True
+        updated = (
+            Attempt.objects.filter(pk=attempt.pk, cancel_requested_at__isnull=True)
+            .exclude(status__in=DONE_STATUSES)
+            .update(cancel_requested_at=now, cancel_requested_by=by)
+        )
+        if updated:
+            Timeline(attempt.pk).add(
+                EventKind.LIFECYCLE,
+                actor=Actor.REVIEWER,
+                action="cancel",
+                by=by,
+                message=f"cancel requested by {by}",
+            )
+    return bool(updated)
+
+
+def attempt_rerun(*, attempt: Attempt, by: str) -> Attempt:
+    """A new attempt at the same task with the same agent, command and files."""
+    files = {}
+    for entry in attempt.agent_files:
+        with default_storage.open(entry["storage"], "rb") as handle:
+            files[entry["name"]] = handle.read()
+    new = attempt_create(
+        task=attempt.task, agent=attempt.agent, command=attempt.agent_command, files=files
+    )
+    Attempt.objects.filter(pk=new.pk).update(rerun_of=attempt)
+    Timeline(new.pk).add(
+        EventKind.LIFECYCLE,
+        actor=Actor.REVIEWER,
+        action="rerun",
+        by=by,
+        message=f"re-run of #{attempt.number} by {by}",
+    )
+    return new
+
+
+def attempt_recheck(*, attempt: Attempt, by: str) -> None:
+    """Check the attempt's final files again, in its kept sandbox, on the host that owns it."""
+    from .tasks import recheck_attempt
+
+    if attempt.status not in DONE_STATUSES:
+        raise TaskInvalid("attempt", "a re-check waits until the attempt has finished")
+    if (
+        attempt.sandbox_deleted_at
+        or attempt.sandbox_state != SandboxState.STOPPED
+        or not attempt.host
+    ):
+        raise TaskInvalid("attempt", "its sandbox is gone, and a re-check needs its files")
+    queue = host_queue(attempt.host)
+    transaction.on_commit(lambda: recheck_attempt.apply_async(args=[attempt.pk, by], queue=queue))

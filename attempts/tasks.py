@@ -68,3 +68,9 @@ def on_worker_ready(sender=None, **kwargs) -> None:
     except Exception:  # noqa: BLE001 - a database hiccup must not stop the worker
         log.exception("could not register host %s", settings.BOLTZ_HOST)
     reap_host.apply_async(args=[settings.BOLTZ_HOST], queue=host_queue(settings.BOLTZ_HOST))
+
+
+@shared_task(name="boltz.recheck_attempt", acks_late=True)
+def recheck_attempt(attempt_id: int, requested_by: str) -> None:
+    """On the owning host: check the kept sandbox's files again."""
+    runner.recheck_attempt(attempt_id, by=requested_by)

@@ -1,13 +1,25 @@
+from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import views
+from . import actions, views
 
 app_name = "attempts"
 urlpatterns = [
     path("", views.task_list, name="tasks"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("tasks/<slug:slug>/", views.task_detail, name="task"),
+    path("tasks/<slug:slug>/attempts/", views.task_attempts_partial, name="task-attempts"),
+    path("tasks/<slug:slug>/compare/", views.compare, name="compare"),
+    path("tasks/<slug:slug>/start/", actions.start_attempts, name="start"),
     path("tasks/<slug:slug>/export.jsonl", views.task_export, name="task-export"),
     path("attempts/<int:pk>/", views.attempt_detail, name="attempt"),
+    path("attempts/<int:pk>/timeline/", views.attempt_timeline_partial, name="timeline"),
+    path("attempts/<int:pk>/changes/<int:index>/", views.attempt_diff_file, name="diff-file"),
+    path("attempts/<int:pk>/outputs/<str:name>", views.raw_output, name="raw-output"),
     path("attempts/<int:pk>/export.zip", views.attempt_export, name="attempt-export"),
-    path("attempts/<int:pk>/delete/<str:level>/", views.attempt_delete_view, name="attempt-delete"),
+    path("attempts/<int:pk>/cancel/", actions.cancel_attempt, name="cancel"),
+    path("attempts/<int:pk>/rerun/", actions.rerun_attempt, name="rerun"),
+    path("attempts/<int:pk>/recheck/", actions.recheck_attempt, name="recheck"),
+    path("attempts/<int:pk>/delete/<str:level>/", actions.delete_attempt, name="attempt-delete"),
 ]

@@ -42,7 +42,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "attempts.middleware.SecurityHeadersMiddleware",
 ]
+AUTHENTICATION_BACKENDS = ["attempts.auth.StaffBackend"]
 
 ROOT_URLCONF = "boltz_web.urls"
 WSGI_APPLICATION = "boltz_web.wsgi.application"
@@ -101,7 +103,7 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "attempts:login"
 LOGIN_REDIRECT_URL = "/"
 
 LOGGING = {

@@ -39,10 +39,11 @@ def test_delete_sandbox_keeps_the_record_and_is_idempotent(worker, load_example,
     assert len(containers_of(attempt.pk)) == 1
     assert default_storage.exists(attempt.workspace_file)
 
-    page = admin_client.get(f"/attempts/{attempt.pk}/delete/sandbox/")
-    assert page.status_code == 200 and b"Yes, delete sandbox" in page.content
-    assert len(containers_of(attempt.pk)) == 1  # GET only asks
-    response = admin_client.post(f"/attempts/{attempt.pk}/delete/sandbox/")
+    assert admin_client.get(f"/attempts/{attempt.pk}/delete/sandbox/").status_code == 405
+    page = admin_client.post(f"/attempts/{attempt.pk}/delete/sandbox/")
+    assert page.status_code == 200 and b"Delete sandbox</button>" in page.content
+    assert len(containers_of(attempt.pk)) == 1  # the first POST only asks
+    response = admin_client.post(f"/attempts/{attempt.pk}/delete/sandbox/", {"confirm": "yes"})
     assert response.status_code == 302
     assert sandbox_delete(attempt=attempt, by="again") is False  # second call: nothing to do
 
@@ -134,8 +135,10 @@ def test_deleting_a_task_deletes_its_attempts_and_containers(worker, load_exampl
 
 
 def test_unknown_attempt_delete_page_is_404(db, admin_client):
-    assert admin_client.get("/attempts/424242/delete/attempt/").status_code == 404
-    assert admin_client.post("/attempts/424242/delete/sandbox/").status_code == 404
+    assert admin_client.post("/attempts/424242/delete/attempt/").status_code == 404
+    assert (
+        admin_client.post("/attempts/424242/delete/sandbox/", {"confirm": "yes"}).status_code == 404
+    )
 
 
 def test_delete_needs_permission_and_post(db, client, django_user_model, load_example):
@@ -145,6 +148,10 @@ def test_delete_needs_permission_and_post(db, client, django_user_model, load_ex
     attempt = Attempt.objects.create(task=task, number=1, agent="noop")
     django_user_model.objects.create_user("viewer", password="pw")
     client.login(username="viewer", password="pw")
-    assert client.post(f"/attempts/{attempt.pk}/delete/attempt/").status_code == 403
+    assert client.get(f"/attempts/{attempt.pk}/").status_code == 403  # no view permission
+    assert (
+        client.post(f"/attempts/{attempt.pk}/delete/attempt/", {"confirm": "yes"}).status_code
+        == 403
+    )
     assert client.get(f"/attempts/{attempt.pk}/export.zip").status_code == 403
     assert Attempt.objects.filter(pk=attempt.pk).exists()

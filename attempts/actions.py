@@ -1,0 +1,184 @@
+"""Views that change something: POST only, CSRF-checked, each behind a confirmation step
+(a first POST shows what will happen; the confirming POST does it). Each calls one service."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required, permission_required
+from django.http import HttpResponseBadRequest
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from . import auth, services
+from .agents import BUILTIN_AGENTS
+from .deletion import attempt_delete, sandbox_delete
+from .errors import TaskInvalid
+from .models import Attempt, Task
+
+MAX_START = 100
+
+
+def _confirm(
+    request, *, title: str, explanation: str, button: str, danger: bool = False, back: str
+):
+    """The confirmation step: the same form posted again, with confirm=yes."""
+    fields = [
+        (k, v) for k, v in request.POST.items() if k not in ("csrfmiddlewaretoken", "confirm")
+    ]
+    return render(
+        request,
+        "attempts/confirm.html",
+        {
+            "title": title,
+            "explanation": explanation,
+            "button": button,
+            "danger": danger,
+            "fields": fields,
+            "back": back,
+            "action": request.path,
+        },
+    )
+
+
+def _confirmed(request) -> bool:
+    return request.POST.get("confirm") == "yes"
+
+
+def _attempt(pk) -> Attempt:
+    return get_object_or_404(Attempt.objects.select_related("task"), pk=pk)
+
+
+@login_required
+@permission_required(auth.CONTROL, raise_exception=True)
+@require_POST
+def start_attempts(request, slug):
+    task = get_object_or_404(Task, slug=slug)
+    agent = request.POST.get("agent", "")
+    command = request.POST.get("command", "").strip() if agent == "command" else ""
+    try:
+        count = int(request.POST.get("count", "1"))
+    except ValueError:
+        count = 0
+    if not 1 <= count <= MAX_START or agent not in BUILTIN_AGENTS:
+        return HttpResponseBadRequest(
+            f"choose an agent ({', '.join(BUILTIN_AGENTS)}) and 1 to {MAX_START} attempts",
+            content_type="text/plain",
+        )
+    if not _confirmed(request):
+        what = f"{count} attempt(s) of {task.slug} with the {agent} agent"
+        if command:
+            what += f" running: {command}"
+        return _confirm(
+            request,
+            title="Start attempts?",
+            explanation=f"Enqueue {what}.",
+            button=f"Start {count}",
+            back=task.get_absolute_url(),
+        )
+    try:
+        for _ in range(count):
+            services.attempt_create(task=task, agent=agent, command=command)
+    except TaskInvalid as exc:
+        messages.error(request, f"{exc.field}: {exc.message}")
+    else:
+        messages.success(request, f"Enqueued {count} attempt(s) with {agent}.")
+    return redirect(task.get_absolute_url())
+
+
+@login_required
+@permission_required(auth.CONTROL, raise_exception=True)
+@require_POST
+def cancel_attempt(request, pk):
+    attempt = _attempt(pk)
+    if not _confirmed(request):
+        return _confirm(
+            request,
+            title=f"Cancel {attempt}?",
+            explanation="Its processes and container stop; the outcome says "
+            "cancelled, and by whom.",
+            button="Cancel attempt",
+            danger=True,
+            back=attempt.get_absolute_url(),
+        )
+    if not services.attempt_cancel(attempt=attempt, by=request.user.get_username()):
+        messages.info(request, "The attempt had already ended.")
+    return redirect(attempt.get_absolute_url())
+
+
+@login_required
+@permission_required(auth.CONTROL, raise_exception=True)
+@require_POST
+def rerun_attempt(request, pk):
+    attempt = _attempt(pk)
+    if not _confirmed(request):
+        return _confirm(
+            request,
+            title=f"Re-run {attempt}?",
+            explanation=f"A new attempt at {attempt.task.slug} with the same agent "
+            f"({attempt.agent}), command and files.",
+            button="Re-run",
+            back=attempt.get_absolute_url(),
+        )
+    try:
+        new = services.attempt_rerun(attempt=attempt, by=request.user.get_username())
+    except TaskInvalid as exc:
+        messages.error(request, f"{exc.field}: {exc.message}")
+        return redirect(attempt.get_absolute_url())
+    return redirect(new.get_absolute_url())
+
+
+@login_required
+@permission_required(auth.CONTROL, raise_exception=True)
+@require_POST
+def recheck_attempt(request, pk):
+    attempt = _attempt(pk)
+    if not _confirmed(request):
+        return _confirm(
+            request,
+            title=f"Re-check {attempt}?",
+            explanation="The check runs again on the same final files in the kept "
+            "sandbox; the new result is kept beside the old.",
+            button="Re-check",
+            back=attempt.get_absolute_url(),
+        )
+    try:
+        services.attempt_recheck(attempt=attempt, by=request.user.get_username())
+    except TaskInvalid as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, "Re-check enqueued; its result appears under Check.")
+    return redirect(attempt.get_absolute_url() + "?view=check")
+
+
+DELETE_LEVELS = {
+    "sandbox": "The container and its kept workspace go; the record, timeline, diff and "
+    "check stay.",
+    "attempt": "Its container, stored files, timeline and results go. This cannot be undone.",
+}
+
+
+@login_required
+@permission_required(auth.DELETE, raise_exception=True)
+@require_POST
+def delete_attempt(request, pk, level):
+    attempt = _attempt(pk)
+    if level not in DELETE_LEVELS:
+        return HttpResponseBadRequest("level must be sandbox or attempt", content_type="text/plain")
+    if not _confirmed(request):
+        what = "the sandbox of " if level == "sandbox" else ""
+        return _confirm(
+            request,
+            title=f"Delete {what}{attempt}?",
+            explanation=DELETE_LEVELS[level],
+            button=f"Delete {level}",
+            danger=True,
+            back=attempt.get_absolute_url(),
+        )
+    by = request.user.get_username()
+    if level == "sandbox":
+        sandbox_delete(attempt=attempt, by=by)
+        return redirect(attempt.get_absolute_url())
+    task = attempt.task
+    attempt_delete(attempt=attempt, by=by)
+    messages.success(request, f"Deleted {attempt}.")
+    return redirect(task.get_absolute_url())
