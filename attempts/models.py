@@ -239,6 +239,8 @@ class CheckResult(models.Model):
 class TestOutcome(models.Model):
     """One test's result within a check (from JUnit XML)."""
 
+    __test__ = False  # not a pytest test class, despite its name
+
     class Result(models.TextChoices):
         PASSED = "passed"
         FAILED = "failed"

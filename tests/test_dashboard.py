@@ -1,0 +1,255 @@
+"""The review dashboard's pages through Django's test client: what a reviewer sees and may do."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from attempts.models import Attempt, CheckResult, Event, Task, TestOutcome
+from attempts.selectors import pass_at_k
+
+pytestmark = pytest.mark.django_db
+
+DIFF = """diff --git a/calc.py b/calc.py
+index 8e0d4ff..6119934 100644
+--- a/calc.py
++++ b/calc.py
+@@ -1,2 +1,2 @@
+ def add(a, b):
+-    return a - b
++    return a + b
+"""
+
+
+def make_task(slug="fix-add", **kw) -> Task:
+    return Task.objects.create(slug=slug, title=kw.pop("title", slug), instruction="Fix it.",
+                               repo_url="/r", base_commit="a" * 40, check_command="pytest", **kw)
+
+
+def make_attempt(task, number, outcome="passed", score=None, **kw) -> Attempt:
+    now = timezone.now()
+    return Attempt.objects.create(
+        task=task, number=number, agent=kw.pop("agent", "reference"),
+        status=kw.pop("status", "finished"), outcome=outcome,
+        score=score if score is not None else (1.0 if outcome == "passed" else 0.0),
+        started_at=now - timedelta(seconds=5), finished_at=now, **kw)
+
+
+def add_check(attempt, outcomes: dict[str, str], **kw) -> CheckResult:
+    passed = all(o == "passed" for o in outcomes.values())
+    check = CheckResult.objects.create(
+        attempt=attempt, passed=passed, score=1.0 if passed else 0.0, source="junit",
+        tests_total=len(outcomes), tests_passed=sum(o == "passed" for o in outcomes.values()),
+        output="2 passed", **kw)
+    TestOutcome.objects.bulk_create(TestOutcome(check_result=check, name=n, outcome=o)
+                                    for n, o in outcomes.items())
+    return check
+
+
+def test_pass_at_k_is_the_unbiased_estimate():
+    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
+    assert pass_at_k(10, 3, 5) == pytest.approx(1 - (7 * 6 * 5 * 4 * 3) / (10 * 9 * 8 * 7 * 6))
+    assert pass_at_k(4, 1, 5) is None and pass_at_k(5, 1, 5) == 1.0
+
+
+def test_tasks_page_counts_outcomes_and_leaves_infrastructure_errors_out(admin_client):
+    task = make_task()
+    for n, outcome in enumerate(["passed", "passed", "failed", "agent_timeout", "failed",
+                                 "infra_error", "infra_error"], start=1):
+        make_attempt(task, n, outcome)
+    make_task("other-task", title="Something else")
+    html = admin_client.get("/").content.decode()
+    assert "2 passed" in html and "2 failed" in html and "1 timed out" in html
+    assert "2 infrastructure" in html
+    assert "40%" in html  # 2 of 5 scored attempts; infrastructure errors excluded
+    assert "0.40" in html  # pass@1
+    assert "0.40" in html and "1.00" in html  # pass@5 of 5 attempts with 2 passes is 1.0
+    searched = admin_client.get("/?q=else").content.decode()
+    assert "other-task" in searched and 'href="/tasks/fix-add/"' not in searched
+
+
+def test_tasks_page_sorts(admin_client):
+    for slug, n in (("a-task", 1), ("b-task", 3), ("c-task", 2)):
+        task = make_task(slug)
+        for i in range(n):
+            make_attempt(task, i + 1)
+    html = admin_client.get("/?sort=-attempts").content.decode()
+    assert html.index("b-task") < html.index("c-task") < html.index("a-task")
+    html = admin_client.get("/?sort=-slug").content.decode()
+    assert html.index("c-task") < html.index("b-task") < html.index("a-task")
+
+
+def test_task_page_filters_paginates_and_flags_flaky_tests(admin_client):
+    task = make_task()
+    for n in range(1, 61):
+        make_attempt(task, n, "passed" if n % 3 else "failed", agent="noop" if n % 2 else "reference")
+    first = Attempt.objects.get(task=task, number=60)
+    add_check(first, {"t::test_a": "passed", "t::test_b": "passed"})
+    add_check(first, {"t::test_a": "passed", "t::test_b": "failed"})  # same files, re-checked
+    add_check(Attempt.objects.get(task=task, number=59), {"t::test_a": "failed"})
+    html = admin_client.get("/tasks/fix-add/").content.decode()
+    assert "page 1 of 2 (60 attempts)" in html
+    assert 'id="attempt-60"' in html and 'id="attempt-10"' not in html
+    assert "Flaky: 1 test changed outcome" in html
+    assert '<tr class="flaky"><th><code>t::test_b</code>' in html
+    assert 'title="not run"' in html  # test_b never ran in attempt 59
+    assert "<svg" in html and "<circle" in html
+    filtered = admin_client.get("/tasks/fix-add/?outcome=failed&agent=reference").content.decode()
+    assert 'id="attempt-60"' in filtered and 'id="attempt-59"' not in filtered
+    assert "page 2 of 2" in admin_client.get("/tasks/fix-add/?page=2").content.decode()
+
+
+def test_attempt_page_header_shows_infrastructure_errors_apart(admin_client):
+    task = make_task()
+    attempt = make_attempt(task, 1, "infra_error", failure_reason="start: Docker daemon unreachable")
+    html = admin_client.get(f"/attempts/{attempt.pk}/").content.decode()
+    assert "Infrastructure error, not the agent's failure:" in html
+    assert "start: Docker daemon unreachable" in html
+
+
+def test_changes_view_is_side_by_side_and_check_view_lists_tests(admin_client):
+    task = make_task()
+    attempt = make_attempt(task, 1, diff=DIFF)
+    add_check(attempt, {"t::test_add": "passed"})
+    changes = admin_client.get(f"/attempts/{attempt.pk}/?view=changes").content.decode()
+    assert '<table class="sbs code">' in changes and "<mark>" in changes
+    assert "1 file changed" in changes and "modified" in changes
+    check = admin_client.get(f"/attempts/{attempt.pk}/?view=check").content.decode()
+    assert "t::test_add" in check and "1 of 1 passed" in check
+
+
+def test_binary_and_non_utf8_content_never_breaks_a_page(admin_client):
+    task = make_task()
+    diff = ("diff --git a/b.bin b/b.bin\nnew file mode 100644\nindex 0000000..1\n"
+            "Binary files /dev/null and b/b.bin differ\n"
+            "diff --git a/t.txt b/t.txt\n--- a/t.txt\n+++ b/t.txt\n@@ -1 +1 @@\n-caf\ufffd\n+caf\u00e9\n")
+    attempt = make_attempt(task, 1, diff=diff)
+    Event.objects.create(attempt=attempt, seq=1, kind="exec", actor="agent", data={
+        "phase": "end", "command": "cat blob", "exit_code": 0, "stdout": {
+            "head": "\ufffd\ufffd raw", "tail": "", "bytes": 6, "utf8": False}})
+    changes = admin_client.get(f"/attempts/{attempt.pk}/?view=changes").content.decode()
+    assert "Binary file: its contents are not shown" in changes
+    timeline = admin_client.get(f"/attempts/{attempt.pk}/").content.decode()
+    assert "not valid UTF-8" in timeline
+
+
+def test_large_files_load_on_request(admin_client):
+    task = make_task()
+    big = "diff --git a/big.txt b/big.txt\n--- a/big.txt\n+++ b/big.txt\n@@ -0,0 +1,2000 @@\n"
+    big += "".join(f"+line {i}\n" for i in range(2000))
+    attempt = make_attempt(task, 1, diff=big)
+    page = admin_client.get(f"/attempts/{attempt.pk}/?view=changes").content.decode()
+    assert "Large diff: 2004 lines." in page and "line 1999" not in page
+    part = admin_client.get(f"/attempts/{attempt.pk}/changes/0/").content.decode()
+    assert "line 1999" in part
+    assert admin_client.get(f"/attempts/{attempt.pk}/changes/5/").status_code == 404
+
+
+def test_live_timeline_partial_sends_new_events_and_stops_when_finished(admin_client):
+    task = make_task()
+    attempt = make_attempt(task, 1, status="running", outcome="")
+    for seq in (1, 2):
+        Event.objects.create(attempt=attempt, seq=seq, kind="lifecycle", data={"message": f"m{seq}"})
+    live = admin_client.get(f"/attempts/{attempt.pk}/timeline/?after=1").content.decode()
+    assert 'id="ev-2"' in live and 'id="ev-1"' not in live
+    assert 'hx-trigger="every 1s"' in live and "after=2" in live
+    assert 'hx-swap-oob="true"' in live  # the header (status) comes along
+    Attempt.objects.filter(pk=attempt.pk).update(status="finished", outcome="passed")
+    done = admin_client.get(f"/attempts/{attempt.pk}/timeline/?after=2").content.decode()
+    assert "hx-trigger" not in done.split('id="attempt-header"')[0]  # polling stops
+    assert "Passed" in done
+
+
+def test_compare_shows_both_attempts_changes_and_tests(admin_client):
+    task = make_task()
+    a = make_attempt(task, 1, diff=DIFF)
+    b = make_attempt(task, 2, "failed", diff="")
+    add_check(a, {"t::x": "passed"})
+    add_check(b, {"t::x": "failed"})
+    html = admin_client.get("/tasks/fix-add/compare/?a=1&b=2").content.decode()
+    assert "calc.py" in html and "unchanged in #2" in html
+    assert '<tr class="differs"><td><code>t::x</code>' in html
+    assert admin_client.get("/tasks/fix-add/compare/?a=1&b=9").status_code == 404
+    assert admin_client.get("/tasks/fix-add/compare/").status_code == 400
+
+
+def test_unknown_ids_are_404_pages(admin_client):
+    for url in ("/attempts/999/", "/tasks/nope/", "/attempts/999/timeline/",
+                "/attempts/999/outputs/x.stdout"):
+        response = admin_client.get(url)
+        assert response.status_code == 404, url
+    assert b"Not found" in admin_client.get("/tasks/nope/").content
+
+
+def test_pages_send_a_content_security_policy_without_inline_scripts(admin_client):
+    response = admin_client.get("/")
+    csp = response["Content-Security-Policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+    assert b"<script>" not in response.content  # only <script src=...>
+
+
+def test_mutating_actions_refuse_get_and_ask_first(admin_client):
+    task = make_task()
+    attempt = make_attempt(task, 1, status="running", outcome="")
+    assert admin_client.get(f"/attempts/{attempt.pk}/cancel/").status_code == 405
+    assert admin_client.get("/tasks/fix-add/start/").status_code == 405
+    ask = admin_client.post(f"/attempts/{attempt.pk}/cancel/")
+    assert ask.status_code == 200 and b"Cancel attempt</button>" in ask.content
+    assert Attempt.objects.get(pk=attempt.pk).cancel_requested_at is None
+    done = admin_client.post(f"/attempts/{attempt.pk}/cancel/", {"confirm": "yes"})
+    assert done.status_code == 302
+    assert Attempt.objects.get(pk=attempt.pk).cancel_requested_by == "admin"
+
+
+def test_permissions(client, django_user_model):
+    from django.contrib.auth.models import Permission
+
+    task = make_task()
+    attempt = make_attempt(task, 1)
+    viewer = django_user_model.objects.create_user("viewer", password="pw")
+    viewer.user_permissions.add(Permission.objects.get(codename="view_attempt"))
+    client.login(username="viewer", password="pw")
+    assert client.get(f"/attempts/{attempt.pk}/").status_code == 200
+    html = client.get(f"/attempts/{attempt.pk}/").content.decode()
+    assert "Export bundle" not in html and "Delete attempt" not in html and "Re-run" not in html
+    assert client.get(f"/attempts/{attempt.pk}/export.zip").status_code == 403
+    assert client.post(f"/attempts/{attempt.pk}/rerun/", {"confirm": "yes"}).status_code == 403
+    staff = django_user_model.objects.create_user("staff", password="pw", is_staff=True)
+    client.force_login(staff)
+    html = client.get(f"/attempts/{attempt.pk}/").content.decode()
+    assert "Export bundle" in html and "Delete attempt" in html and "Re-run" in html
+
+
+def test_csrf_is_checked(django_user_model):
+    from django.test import Client
+
+    task = make_task()
+    attempt = make_attempt(task, 1)
+    csrf_client = Client(enforce_csrf_checks=True)
+    csrf_client.force_login(django_user_model.objects.create_superuser("root", "", "pw"))
+    response = csrf_client.post(f"/attempts/{attempt.pk}/delete/attempt/", {"confirm": "yes"})
+    assert response.status_code == 403 and Attempt.objects.filter(pk=attempt.pk).exists()
+
+
+def test_query_counts_stay_small_for_big_tasks_and_timelines(admin_client,
+                                                            django_assert_max_num_queries):
+    task = make_task()
+    now = timezone.now()
+    Attempt.objects.bulk_create(
+        Attempt(task=task, number=n, agent="noop", status="finished", outcome="failed",
+                score=0.0, started_at=now, finished_at=now) for n in range(1, 501))
+    for attempt in Attempt.objects.filter(number__gt=450):
+        add_check(attempt, {f"t::test_{i}": "passed" for i in range(5)})
+    big = Attempt.objects.get(number=500)
+    Event.objects.bulk_create(Event(attempt=big, seq=s, kind="output", actor="agent",
+                                    data={"stream": "stdout", "text": f"line {s}\n"})
+                              for s in range(1, 5001))
+    with django_assert_max_num_queries(12):
+        assert admin_client.get("/").status_code == 200
+    with django_assert_max_num_queries(14):
+        assert admin_client.get("/tasks/fix-add/").status_code == 200
+    with django_assert_max_num_queries(12):
+        response = admin_client.get(f"/attempts/{big.pk}/")
+    assert response.status_code == 200 and b'id="ev-5000"' in response.content
