@@ -4,6 +4,7 @@ changes marked, syntax coloured with Pygments. Pure logic: text in, escaped HTML
 
 from __future__ import annotations
 
+import codecs
 import difflib
 import functools
 import html
@@ -57,9 +58,18 @@ class Row:
     header: str = ""
 
 
+def _unquote(path: str) -> str:
+    """git C-quotes paths with unusual characters: "b/caf\\303\\251 \\"x\\".txt"."""
+    if len(path) >= 2 and path[0] == path[-1] == '"':
+        raw = codecs.escape_decode(path[1:-1].encode("utf-8", "surrogateescape"))[0]
+        return raw.decode("utf-8", errors="replace")
+    return path
+
+
 def _strip_prefix(path: str | None) -> str:
     if not path or path == "/dev/null":
         return ""
+    path = _unquote(path)
     return path[2:] if path[:2] in ("a/", "b/") else path
 
 

@@ -100,7 +100,8 @@ VIEWS = ("timeline", "changes", "check")
 
 
 def _header_context(attempt: Attempt) -> dict:
-    return {"attempt": attempt, "live": attempt.status not in DONE_STATUSES}
+    live = attempt.status not in DONE_STATUSES
+    return {"attempt": attempt, "live": live, "poll": live}
 
 
 @login_required

@@ -24,27 +24,47 @@ index 8e0d4ff..6119934 100644
 
 
 def make_task(slug="fix-add", **kw) -> Task:
-    return Task.objects.create(slug=slug, title=kw.pop("title", slug), instruction="Fix it.",
-                               repo_url="/r", base_commit="a" * 40, check_command="pytest", **kw)
+    return Task.objects.create(
+        slug=slug,
+        title=kw.pop("title", slug),
+        instruction="Fix it.",
+        repo_url="/r",
+        base_commit="a" * 40,
+        check_command="pytest",
+        **kw,
+    )
 
 
 def make_attempt(task, number, outcome="passed", score=None, **kw) -> Attempt:
     now = timezone.now()
     return Attempt.objects.create(
-        task=task, number=number, agent=kw.pop("agent", "reference"),
-        status=kw.pop("status", "finished"), outcome=outcome,
+        task=task,
+        number=number,
+        agent=kw.pop("agent", "reference"),
+        status=kw.pop("status", "finished"),
+        outcome=outcome,
         score=score if score is not None else (1.0 if outcome == "passed" else 0.0),
-        started_at=now - timedelta(seconds=5), finished_at=now, **kw)
+        started_at=now - timedelta(seconds=5),
+        finished_at=now,
+        **kw,
+    )
 
 
 def add_check(attempt, outcomes: dict[str, str], **kw) -> CheckResult:
     passed = all(o == "passed" for o in outcomes.values())
     check = CheckResult.objects.create(
-        attempt=attempt, passed=passed, score=1.0 if passed else 0.0, source="junit",
-        tests_total=len(outcomes), tests_passed=sum(o == "passed" for o in outcomes.values()),
-        output="2 passed", **kw)
-    TestOutcome.objects.bulk_create(TestOutcome(check_result=check, name=n, outcome=o)
-                                    for n, o in outcomes.items())
+        attempt=attempt,
+        passed=passed,
+        score=1.0 if passed else 0.0,
+        source="junit",
+        tests_total=len(outcomes),
+        tests_passed=sum(o == "passed" for o in outcomes.values()),
+        output="2 passed",
+        **kw,
+    )
+    TestOutcome.objects.bulk_create(
+        TestOutcome(check_result=check, name=n, outcome=o) for n, o in outcomes.items()
+    )
     return check
 
 
@@ -56,8 +76,10 @@ def test_pass_at_k_is_the_unbiased_estimate():
 
 def test_tasks_page_counts_outcomes_and_leaves_infrastructure_errors_out(admin_client):
     task = make_task()
-    for n, outcome in enumerate(["passed", "passed", "failed", "agent_timeout", "failed",
-                                 "infra_error", "infra_error"], start=1):
+    for n, outcome in enumerate(
+        ["passed", "passed", "failed", "agent_timeout", "failed", "infra_error", "infra_error"],
+        start=1,
+    ):
         make_attempt(task, n, outcome)
     make_task("other-task", title="Something else")
     html = admin_client.get("/").content.decode()
@@ -84,7 +106,9 @@ def test_tasks_page_sorts(admin_client):
 def test_task_page_filters_paginates_and_flags_flaky_tests(admin_client):
     task = make_task()
     for n in range(1, 61):
-        make_attempt(task, n, "passed" if n % 3 else "failed", agent="noop" if n % 2 else "reference")
+        make_attempt(
+            task, n, "passed" if n % 3 else "failed", agent="noop" if n % 2 else "reference"
+        )
     first = Attempt.objects.get(task=task, number=60)
     add_check(first, {"t::test_a": "passed", "t::test_b": "passed"})
     add_check(first, {"t::test_a": "passed", "t::test_b": "failed"})  # same files, re-checked
@@ -103,7 +127,9 @@ def test_task_page_filters_paginates_and_flags_flaky_tests(admin_client):
 
 def test_attempt_page_header_shows_infrastructure_errors_apart(admin_client):
     task = make_task()
-    attempt = make_attempt(task, 1, "infra_error", failure_reason="start: Docker daemon unreachable")
+    attempt = make_attempt(
+        task, 1, "infra_error", failure_reason="start: Docker daemon unreachable"
+    )
     html = admin_client.get(f"/attempts/{attempt.pk}/").content.decode()
     assert "Infrastructure error, not the agent's failure:" in html
     assert "start: Docker daemon unreachable" in html
@@ -122,13 +148,24 @@ def test_changes_view_is_side_by_side_and_check_view_lists_tests(admin_client):
 
 def test_binary_and_non_utf8_content_never_breaks_a_page(admin_client):
     task = make_task()
-    diff = ("diff --git a/b.bin b/b.bin\nnew file mode 100644\nindex 0000000..1\n"
-            "Binary files /dev/null and b/b.bin differ\n"
-            "diff --git a/t.txt b/t.txt\n--- a/t.txt\n+++ b/t.txt\n@@ -1 +1 @@\n-caf\ufffd\n+caf\u00e9\n")
+    diff = (
+        "diff --git a/b.bin b/b.bin\nnew file mode 100644\nindex 0000000..1\n"
+        "Binary files /dev/null and b/b.bin differ\n"
+        "diff --git a/t.txt b/t.txt\n--- a/t.txt\n+++ b/t.txt\n@@ -1 +1 @@\n-caf\ufffd\n+caf\u00e9\n"
+    )
     attempt = make_attempt(task, 1, diff=diff)
-    Event.objects.create(attempt=attempt, seq=1, kind="exec", actor="agent", data={
-        "phase": "end", "command": "cat blob", "exit_code": 0, "stdout": {
-            "head": "\ufffd\ufffd raw", "tail": "", "bytes": 6, "utf8": False}})
+    Event.objects.create(
+        attempt=attempt,
+        seq=1,
+        kind="exec",
+        actor="agent",
+        data={
+            "phase": "end",
+            "command": "cat blob",
+            "exit_code": 0,
+            "stdout": {"head": "\ufffd\ufffd raw", "tail": "", "bytes": 6, "utf8": False},
+        },
+    )
     changes = admin_client.get(f"/attempts/{attempt.pk}/?view=changes").content.decode()
     assert "Binary file: its contents are not shown" in changes
     timeline = admin_client.get(f"/attempts/{attempt.pk}/").content.decode()
@@ -151,7 +188,9 @@ def test_live_timeline_partial_sends_new_events_and_stops_when_finished(admin_cl
     task = make_task()
     attempt = make_attempt(task, 1, status="running", outcome="")
     for seq in (1, 2):
-        Event.objects.create(attempt=attempt, seq=seq, kind="lifecycle", data={"message": f"m{seq}"})
+        Event.objects.create(
+            attempt=attempt, seq=seq, kind="lifecycle", data={"message": f"m{seq}"}
+        )
     live = admin_client.get(f"/attempts/{attempt.pk}/timeline/?after=1").content.decode()
     assert 'id="ev-2"' in live and 'id="ev-1"' not in live
     assert 'hx-trigger="every 1s"' in live and "after=2" in live
@@ -176,8 +215,12 @@ def test_compare_shows_both_attempts_changes_and_tests(admin_client):
 
 
 def test_unknown_ids_are_404_pages(admin_client):
-    for url in ("/attempts/999/", "/tasks/nope/", "/attempts/999/timeline/",
-                "/attempts/999/outputs/x.stdout"):
+    for url in (
+        "/attempts/999/",
+        "/tasks/nope/",
+        "/attempts/999/timeline/",
+        "/attempts/999/outputs/x.stdout",
+    ):
         response = admin_client.get(url)
         assert response.status_code == 404, url
     assert b"Not found" in admin_client.get("/tasks/nope/").content
@@ -233,19 +276,37 @@ def test_csrf_is_checked(django_user_model):
     assert response.status_code == 403 and Attempt.objects.filter(pk=attempt.pk).exists()
 
 
-def test_query_counts_stay_small_for_big_tasks_and_timelines(admin_client,
-                                                            django_assert_max_num_queries):
+def test_query_counts_stay_small_for_big_tasks_and_timelines(
+    admin_client, django_assert_max_num_queries
+):
     task = make_task()
     now = timezone.now()
     Attempt.objects.bulk_create(
-        Attempt(task=task, number=n, agent="noop", status="finished", outcome="failed",
-                score=0.0, started_at=now, finished_at=now) for n in range(1, 501))
+        Attempt(
+            task=task,
+            number=n,
+            agent="noop",
+            status="finished",
+            outcome="failed",
+            score=0.0,
+            started_at=now,
+            finished_at=now,
+        )
+        for n in range(1, 501)
+    )
     for attempt in Attempt.objects.filter(number__gt=450):
         add_check(attempt, {f"t::test_{i}": "passed" for i in range(5)})
     big = Attempt.objects.get(number=500)
-    Event.objects.bulk_create(Event(attempt=big, seq=s, kind="output", actor="agent",
-                                    data={"stream": "stdout", "text": f"line {s}\n"})
-                              for s in range(1, 5001))
+    Event.objects.bulk_create(
+        Event(
+            attempt=big,
+            seq=s,
+            kind="output",
+            actor="agent",
+            data={"stream": "stdout", "text": f"line {s}\n"},
+        )
+        for s in range(1, 5001)
+    )
     with django_assert_max_num_queries(12):
         assert admin_client.get("/").status_code == 200
     with django_assert_max_num_queries(14):

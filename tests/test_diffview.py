@@ -5,7 +5,7 @@ import unidiff
 
 from attempts.diffview import plan_page, render_line, side_by_side, split_files
 
-DIFF = '''diff --git a/calc.py b/calc.py
+DIFF = """diff --git a/calc.py b/calc.py
 index 8e0d4ff..6119934 100644
 --- a/calc.py
 +++ b/calc.py
@@ -43,14 +43,18 @@ KcmZQzWMT#Y01f~L
 literal 0
 HcmV?d00001
 
-'''
+"""
 
 
 def test_files_have_status_and_counts():
     files = split_files(DIFF)
     assert [(f.path, f.status, f.added, f.removed) for f in files] == [
-        ("calc.py", "modified", 2, 1), ("new.txt", "added", 1, 0), ("gone.txt", "deleted", 0, 1),
-        ("new.py", "renamed", 0, 0), ("blob.bin", "binary", 0, 0)]
+        ("calc.py", "modified", 2, 1),
+        ("new.txt", "added", 1, 0),
+        ("gone.txt", "deleted", 0, 1),
+        ("new.py", "renamed", 0, 0),
+        ("blob.bin", "binary", 0, 0),
+    ]
     assert files[3].old_path == "old.py"
 
 
@@ -84,6 +88,17 @@ def test_large_files_and_the_page_budget_load_on_request():
     big += "".join(f"+line {i}\n" for i in range(2000))
     small = "".join(
         f"diff --git a/f{i}.txt b/f{i}.txt\n--- a/f{i}.txt\n+++ b/f{i}.txt\n@@ -1 +1 @@\n-a\n+b\n"
-        for i in range(3))
+        for i in range(3)
+    )
     plan = plan_page(split_files(big + small), budget=16)
     assert [inline for _, inline in plan] == [False, True, True, False]
+
+
+def test_quoted_paths_are_unquoted():
+    diff = (
+        'diff --git "a/caf\\303\\251 \\"x\\".txt" "b/caf\\303\\251 \\"x\\".txt"\n'
+        "new file mode 100644\nindex 0000000..1\n--- /dev/null\n"
+        '+++ "b/caf\\303\\251 \\"x\\".txt"\n@@ -0,0 +1 @@\n+hi\n'
+    )
+    (f,) = split_files(diff)
+    assert f.path == 'café "x".txt' and f.status == "added"

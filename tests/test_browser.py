@@ -1,0 +1,210 @@
+"""The review UI in Debian's Chromium (Playwright) against a served instance, with a real
+worker running the attempts. Screenshots of each page go to test-results/screenshots/."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import time
+import zipfile
+
+import pytest
+
+from attempts.models import Attempt
+from tests.conftest import ROOT, containers_of, require, wait_until
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+SHOTS = ROOT / "test-results" / "screenshots"
+XSS_MARKERS = ("<script>window.__xss=1</script>", '"><img src=x onerror="window.__xss=2">')
+
+
+@pytest.fixture(scope="session")
+def browser():
+    require(os.path.exists(CHROMIUM), "Chromium is not installed (apt-get install chromium)")
+    # Playwright's sync API runs an event loop in this thread; the ORM calls the tests make
+    # next to it are still synchronous.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--headless",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, live_server, django_user_model):
+    django_user_model.objects.create_superuser("reviewer", "", "review-pass")
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.dialogs = []
+    page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
+    page.goto(live_server.url + "/")
+    page.fill("input[name=username]", "reviewer")
+    page.fill("input[name=password]", "review-pass")
+    page.click("button[type=submit]")
+    yield page
+    context.close()
+
+
+def shot(page, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def start_from_task_page(page, *, count: int, agent: str, command: str = "") -> None:
+    page.fill("form.start input[name=count]", str(count))
+    page.select_option("form.start select[name=agent]", agent)
+    page.fill("form.start input[name=command]", command)
+    page.click("form.start button[type=submit]")
+    page.wait_for_selector("form.confirm")
+    page.click("form.confirm button[type=submit]")
+    page.wait_for_selector("#attempts")
+
+
+def confirm(page, button_text: str) -> None:
+    page.click(f"button:has-text('{button_text}')")
+    page.wait_for_selector("form.confirm")
+    page.click("form.confirm button[type=submit]")
+
+
+@pytest.mark.timeout(300)
+def test_a_reviewer_works_through_the_ui(page, live_server, worker, load_example):
+    shot(page, "01-tasks-empty")
+    task = load_example("fix-add")
+    page.goto(live_server.url + "/")
+    assert page.locator("text=fix-add").count() >= 1
+    shot(page, "02-tasks")
+    page.click("a:has-text('fix-add')")
+    page.wait_for_selector("form.start")
+    shot(page, "03-task")
+
+    # Start two attempts and watch them go from queued to finished without a reload.
+    start_from_task_page(
+        page, count=2, agent="command", command="sleep 2; sed -i 's/a - b/a + b/' calc.py"
+    )
+    page.evaluate("window.__same_page = true")
+    status = page.locator("#attempt-1 td:nth-child(3)")
+    assert status.inner_text().strip() in ("Queued", "Starting", "Running")
+    page.wait_for_selector("#attempt-1 .outcome-passed", timeout=60_000)
+    page.wait_for_selector("#attempt-2 .outcome-passed", timeout=60_000)
+    assert page.evaluate("window.__same_page") is True  # updated live, not reloaded
+    shot(page, "04-task-live-finished")
+
+    # Timeline, changes (side by side) and check of attempt 1.
+    page.click("#attempt-1 a")
+    page.wait_for_selector("ol.timeline li.ev")
+    assert page.locator("li.ev.kind-check").count() == 1
+    shot(page, "05-attempt-timeline")
+    page.click("nav.tabs a:has-text('Changes')")
+    page.wait_for_selector("table.sbs")
+    assert page.locator("table.sbs td.add mark").first.inner_text() == "+"
+    shot(page, "06-attempt-changes")
+    page.click("nav.tabs a:has-text('Check')")
+    assert page.locator("section.check .outcome-passed").count() >= 1
+    shot(page, "07-attempt-check")
+
+    # Export: the bundle downloads.
+    with page.expect_download() as download:
+        page.click("a:has-text('Export bundle')")
+    data = open(download.value.path(), "rb").read()
+    assert "attempt.json" in zipfile.ZipFile(io.BytesIO(data)).namelist()
+
+    # Re-check: a second result appears beside the first.
+    confirm(page, "Re-check")
+    deadline = time.monotonic() + 60
+    while page.locator("h2:has-text('Re-check 1 by reviewer')").count() == 0:
+        assert time.monotonic() < deadline, "the re-check did not appear"
+        time.sleep(0.5)
+        page.reload()
+    shot(page, "08-attempt-rechecked")
+
+    # Compare attempts 1 and 2.
+    page.goto(f"{live_server.url}/tasks/fix-add/compare/?a=1&b=2")
+    assert page.locator(".cmpfile h3:has-text('calc.py')").count() == 1
+    assert page.locator("text=same change in both").count() == 1
+    shot(page, "09-compare")
+
+    # Cancel a running attempt: the header changes live.
+    page.goto(f"{live_server.url}/tasks/fix-add/")
+    start_from_task_page(page, count=1, agent="command", command="echo started; sleep 300")
+    page.click("#attempt-3 a")
+    page.wait_for_selector("li.ev.kind-output", timeout=60_000)
+    confirm(page, "Cancel")
+    page.wait_for_selector("#attempt-header .status-cancelled", timeout=30_000)
+    assert "cancelled by reviewer" in page.locator("#attempt-header").inner_text()
+    assert page.locator("#attempt-header button:has-text('Cancel')").count() == 0
+    shot(page, "10-attempt-cancelled")
+
+    # Delete attempt 2: it is gone, and so is its container.
+    second = Attempt.objects.get(task=task, number=2)
+    page.goto(f"{live_server.url}/attempts/{second.pk}/")
+    confirm(page, "Delete attempt")
+    page.wait_for_selector("#attempts")
+    assert page.locator("#attempt-2").count() == 0
+    assert page.goto(f"{live_server.url}/attempts/{second.pk}/").status == 404
+    shot(page, "11-deleted")
+    wait_until(lambda: not containers_of(second.pk), what="the deleted attempt's container")
+    assert page.dialogs == []
+
+
+@pytest.mark.timeout(240)
+def test_untrusted_content_never_runs_in_the_page(page, live_server, worker, load_example):
+    from attempts.services import attempt_create
+    from tests.conftest import wait_finished
+
+    task = load_example("fix-add")
+    evil_name = '"><img src=x onerror=window.__xss=3>.txt'
+    script = (
+        f"printf '%s\\n' '{XSS_MARKERS[0]}' '{XSS_MARKERS[1]}'\n"
+        f"printf '%s\\n' '{XSS_MARKERS[1]}' >&2\n"
+        f"printf '%s\\n' '<script>window.__xss=4</script>' > '{evil_name}'\n"
+        "echo '<script>window.__xss=6</script>' >> calc.py\n"
+        "git add -A && git commit -qm '<script>window.__xss=5</script>'\n"
+    )
+    attempt = wait_finished(
+        [
+            attempt_create(
+                task=task,
+                agent="command",
+                command="sh $BOLTZ_AGENT_DIR/evil.sh",
+                files={"evil.sh": script.encode()},
+            )
+        ]
+    )[0]
+    assert attempt.commits and attempt.commits[0]["subject"].startswith("<script>")
+    other = wait_finished([attempt_create(task=task, agent="noop")])[0]
+    urls = [
+        f"/attempts/{attempt.pk}/",
+        f"/attempts/{attempt.pk}/?view=changes",
+        f"/attempts/{attempt.pk}/?view=check",
+        "/tasks/fix-add/",
+        f"/tasks/fix-add/compare/?a={attempt.number}&b={other.number}",
+    ]
+    for n, url in enumerate(urls):
+        response = page.goto(live_server.url + url)
+        assert "script-src 'self'" in response.headers["content-security-policy"]
+        page.wait_for_load_state("networkidle")
+        assert page.evaluate("window.__xss") is None, url
+        shot(page, f"20-untrusted-{n}")
+    page.goto(live_server.url + f"/attempts/{attempt.pk}/")
+    assert page.locator(f"text={XSS_MARKERS[0]}").count() >= 1  # shown as text
+    page.goto(live_server.url + f"/attempts/{attempt.pk}/?view=changes")
+    assert page.locator(f"text={evil_name}").count() >= 1
+    assert page.locator("text=<script>window.__xss=5</script>").count() == 1  # the commit
+    assert page.dialogs == []
