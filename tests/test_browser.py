@@ -8,6 +8,7 @@ import os
 import shutil
 import time
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -122,7 +123,7 @@ def test_a_reviewer_works_through_the_ui(page, live_server, worker, load_example
     # Export: the bundle downloads.
     with page.expect_download() as download:
         page.click("a:has-text('Export bundle')")
-    data = open(download.value.path(), "rb").read()
+    data = Path(download.value.path()).read_bytes()
     assert "attempt.json" in zipfile.ZipFile(io.BytesIO(data)).namelist()
 
     # Re-check: a second result appears beside the first.
