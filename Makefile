@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install services image demo stop test test-postgres lint worker web ci
+.PHONY: install services image demo stop test test-postgres bench lint worker web ci
 
 install: $(VENV)/.installed
 
@@ -34,6 +34,11 @@ test: install services image
 test-postgres: install services image
 	scripts/services.sh postgres
 	DATABASE_URL=postgres://boltz@127.0.0.1:5433/boltz $(PY) -m pytest tests/test_pipeline.py tests/test_pages.py
+
+# Benchmarks (not tests): results are written to docs/PERFORMANCE.md.
+bench: install services image
+	cd bench && ../$(PY) pages.py --write ../docs/PERFORMANCE.md
+	cd bench && ../$(PY) sandbox.py -n 10 --write ../docs/PERFORMANCE.md
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 import unidiff
+from django.utils.safestring import SafeString, mark_safe
 from pygments.lexers import get_lexer_for_filename
 from pygments.lexers.special import TextLexer
 from pygments.token import STANDARD_TYPES, Token
@@ -22,8 +23,18 @@ _FILE_START = re.compile(r"^diff --git ", re.MULTILINE)
 # A file whose diff has more lines than this is collapsed and loaded on request.
 LARGE_FILE_LINES = 1500
 # Lines rendered inline on the page in all; later files load on request.
-PAGE_LINE_BUDGET = 3000
+PAGE_LINE_BUDGET = 1500
 MAX_HIGHLIGHT_LINE = 2000  # longer lines are shown plain (and fast)
+
+
+_STATUS_LABELS = {
+    "added": "new",
+    "deleted": "deleted",
+    "renamed": "renamed",
+    "binary": "binary",
+    "mode": "mode",
+    "modified": "modified",
+}
 
 
 @dataclass
@@ -44,6 +55,15 @@ class DiffFile:
     @property
     def is_large(self) -> bool:
         return self.lines > LARGE_FILE_LINES
+
+    @property
+    def marks(self) -> SafeString:
+        """Status badge and +/- counts (no agent text in it: status and numbers only)."""
+        label = _STATUS_LABELS.get(self.status, "modified")
+        return mark_safe(  # noqa: S308 - fixed words and integers only
+            f'<span class="badge file-{self.status}">{label}</span> '
+            f'<span class="plus">+{self.added}</span> <span class="minus">−{self.removed}</span>'
+        )
 
 
 @dataclass
@@ -146,16 +166,28 @@ def _changed_ranges(a: str, b: str) -> tuple[list[tuple[int, int]], list[tuple[i
     return old, new
 
 
-def render_line(text: str, path: str, changed: list[tuple[int, int]] = ()) -> str:
-    """One line as escaped HTML with syntax classes and <mark> around changed ranges."""
-    if len(text) > MAX_HIGHLIGHT_LINE:
-        return html.escape(text)
-    tokens = [(t, v) for t, v in _lexer(path).get_tokens(text) if v]
-    marks = list(changed)
+def _tokens_by_line(lines: list[str], path: str) -> list[list[tuple[str, str]]]:
+    """Lex the lines of one side of a hunk at once (context carries across lines), then split
+    the tokens back into lines of (css class, text)."""
+    out: list[list[tuple[str, str]]] = [[]]
+    if any(len(line) > MAX_HIGHLIGHT_LINE for line in lines):
+        return [[("", line)] for line in lines]  # minified or generated: plain and fast
+    for ttype, value in _lexer(path).get_tokens("\n".join(lines)):
+        cls = "" if ttype is Token.Text else _css_class(ttype)
+        for n, part in enumerate(value.split("\n")):
+            if n:
+                out.append([])
+            if part:
+                out[-1].append((cls, part))
+    out += [[] for _ in range(len(lines) - len(out))]
+    return out[: len(lines)]
+
+
+def _line_html(tokens: list[tuple[str, str]], marks=()) -> str:
+    """One line's tokens as escaped HTML, with <mark> around the changed character ranges."""
     out = []
     pos = 0
-    for ttype, value in tokens:
-        cls = _css_class(ttype) if ttype is not Token.Text else ""
+    for cls, value in tokens:
         start = 0
         while start < len(value):
             absolute = pos + start
@@ -171,26 +203,33 @@ def render_line(text: str, path: str, changed: list[tuple[int, int]] = ()) -> st
             out.append(f"<mark>{piece}</mark>" if inside else piece)
             start = end
         pos += len(value)
-    return "".join(out).rstrip("\n")
+    return "".join(out)
 
 
-def _paired_rows(removed: list, added: list, path: str) -> list[Row]:
+def render_line(text: str, path: str, changed: list[tuple[int, int]] = ()) -> str:
+    """One line alone as escaped, coloured HTML with its changed ranges marked."""
+    return _line_html(_tokens_by_line([text], path)[0], changed)
+
+
+def _paired_rows(removed, added, old_tok, new_tok) -> list[Row]:
     """A run of removed lines and the added lines after it, side by side, with the changed
-    characters of each old/new pair marked."""
+    characters of each old/new pair marked. `removed`/`added` hold (line, side index)."""
     rows = []
     for i in range(max(len(removed), len(added))):
-        old = removed[i] if i < len(removed) else None
-        new = added[i] if i < len(added) else None
-        old_text = old.value.rstrip("\n") if old else ""
-        new_text = new.value.rstrip("\n") if new else ""
-        old_marks, new_marks = _changed_ranges(old_text, new_text) if old and new else ([], [])
+        old, oi = removed[i] if i < len(removed) else (None, None)
+        new, ni = added[i] if i < len(added) else (None, None)
+        marks = (
+            _changed_ranges(old.value.rstrip("\n"), new.value.rstrip("\n"))
+            if old and new
+            else ([], [])
+        )
         rows.append(
             Row(
                 "change",
                 old.source_line_no if old else None,
                 new.target_line_no if new else None,
-                render_line(old_text, path, old_marks) if old else None,
-                render_line(new_text, path, new_marks) if new else None,
+                _line_html(old_tok[oi], marks[0]) if old else None,
+                _line_html(new_tok[ni], marks[1]) if new else None,
             )
         )
     return rows
@@ -211,25 +250,58 @@ def side_by_side(file: DiffFile) -> list[Row]:
                 ),
             )
         )
+        lines = [line for line in hunk if line.line_type != LINE_TYPE_NO_NEWLINE]
+        old_side = [line.value.rstrip("\n") for line in lines if not line.is_added]
+        new_side = [line.value.rstrip("\n") for line in lines if not line.is_removed]
+        old_tok, new_tok = _tokens_by_line(old_side, path), _tokens_by_line(new_side, path)
+        oi = ni = 0
         removed: list = []
         added: list = []
-        for line in hunk:
+        for line in lines:
             if line.is_removed:
                 if added:
-                    rows += _paired_rows(removed, added, path)
+                    rows += _paired_rows(removed, added, old_tok, new_tok)
                     removed, added = [], []
-                removed.append(line)
+                removed.append((line, oi))
+                oi += 1
             elif line.is_added:
-                added.append(line)
+                added.append((line, ni))
+                ni += 1
             else:
-                rows += _paired_rows(removed, added, path)
+                rows += _paired_rows(removed, added, old_tok, new_tok)
                 removed, added = [], []
-                if line.line_type == LINE_TYPE_NO_NEWLINE:
-                    continue
-                shown = render_line(line.value.rstrip("\n"), path)
-                rows.append(Row("context", line.source_line_no, line.target_line_no, shown, shown))
-        rows += _paired_rows(removed, added, path)
+                rows.append(
+                    Row(
+                        "context",
+                        line.source_line_no,
+                        line.target_line_no,
+                        _line_html(old_tok[oi]),
+                        _line_html(new_tok[ni]),
+                    )
+                )
+                oi += 1
+                ni += 1
+        rows += _paired_rows(removed, added, old_tok, new_tok)
     return rows
+
+
+def rows_html(rows: list[Row]) -> SafeString:
+    """The side-by-side table body. Built here, not in a template: a page may hold thousands
+    of rows. Every piece of file content in it was escaped by _line_html."""
+    out = []
+    for r in rows:
+        if r.kind == "hunk":
+            out.append(f'<tr class="hunk"><td colspan="4">{r.header}</td></tr>')
+            continue
+        old_cls = "empty" if r.old_html is None else ("del" if r.kind == "change" else "")
+        new_cls = "empty" if r.new_html is None else ("add" if r.kind == "change" else "")
+        out.append(
+            f'<tr class="{r.kind}"><td class="ln">{"" if r.old_no is None else r.old_no}</td>'
+            f'<td class="old {old_cls}">{r.old_html or ""}</td>'
+            f'<td class="ln">{"" if r.new_no is None else r.new_no}</td>'
+            f'<td class="new {new_cls}">{r.new_html or ""}</td></tr>'
+        )
+    return mark_safe("".join(out))  # noqa: S308 - content escaped above
 
 
 def plan_page(files: list[DiffFile], budget: int = PAGE_LINE_BUDGET) -> list[tuple[DiffFile, bool]]:

@@ -132,6 +132,19 @@ def _chown_to_sandbox(info: tarfile.TarInfo) -> tarfile.TarInfo:
     return info
 
 
+def cached_workspace_archive(url: str, commit: str) -> Path:
+    """The workspace tar of (url, commit), built once per worker host and reused by every
+    attempt at that commit. The file is immutable once in place (written, then renamed)."""
+    key = hashlib.sha256(f"{url}\0{commit}".encode()).hexdigest()[:24]
+    target = settings.BOLTZ_REPO_CACHE / "workspaces" / f"{key}.tar"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        scratch = target.with_suffix(f".{os.getpid()}.partial")
+        workspace_archive(url, commit, scratch)
+        os.replace(scratch, target)
+    return target
+
+
 def workspace_archive(url: str, commit: str, dest: Path) -> Path:
     """A tar at `dest` holding `workspace/`: a clone of `url` with all history, at `commit`."""
     mirror = ensure_mirror(url)

@@ -15,7 +15,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
@@ -288,15 +287,13 @@ class AttemptRunner:
             base_commit=task.base_commit,
         )
         self._stop_if_asked()
-        with tempfile.TemporaryDirectory(prefix="ws-", dir=settings.DATA_DIR) as scratch:
-            archive = Path(scratch) / "workspace.tar"
-            try:
-                repos.workspace_archive(task.repo_url, task.base_commit, archive)
-            except TaskInvalid as exc:
-                raise InfrastructureError(f"repository unavailable on this host: {exc}") from exc
-            with archive.open("rb") as handle:
-                self.sandbox.put_archive("/", handle)
-            size = archive.stat().st_size
+        try:
+            archive = repos.cached_workspace_archive(task.repo_url, task.base_commit)
+        except TaskInvalid as exc:
+            raise InfrastructureError(f"repository unavailable on this host: {exc}") from exc
+        with archive.open("rb") as handle:
+            self.sandbox.put_archive("/", handle)
+        size = archive.stat().st_size
         self.sandbox.start()
         self.timeline.add(
             EventKind.LIFECYCLE,

@@ -184,7 +184,7 @@ def _changes_context(attempt: Attempt) -> dict:
         rows = None
         if inline:
             try:
-                rows = diffview.side_by_side(f)
+                rows = diffview.rows_html(diffview.side_by_side(f))
             except unidiff.UnidiffParseError:
                 rows = None
         plan.append({"file": f, "rows": rows, "inline": inline})
@@ -208,7 +208,7 @@ def attempt_diff_file(request, pk, index):
     if not 0 <= index < len(files):
         raise Http404("no such file in the diff")
     try:
-        rows = diffview.side_by_side(files[index])
+        rows = diffview.rows_html(diffview.side_by_side(files[index]))
     except unidiff.UnidiffParseError:
         rows = None
     return render(request, "attempts/_diff_rows.html", {"file": files[index], "rows": rows})

@@ -1,0 +1,54 @@
+"""Shared set-up for the benchmarks: a throwaway data folder and database, Django ready."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def django_in_scratch(instance: str) -> Path:
+    data = Path(tempfile.mkdtemp(prefix=f"boltz-bench-{instance}-"))
+    os.environ.update(
+        {
+            "BOLTZ_DATA_DIR": str(data),
+            "BOLTZ_INSTANCE": f"boltz-bench-{instance}",
+            "BOLTZ_HOST": "bench-host",
+            "BOLTZ_ALLOWED_HOSTS": "testserver,127.0.0.1,localhost",
+            "DJANGO_SETTINGS_MODULE": "boltz_web.settings",
+        }
+    )
+    os.environ.pop("DATABASE_URL", None)
+    sys.path.insert(0, str(ROOT))
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+    return data
+
+
+def timed(fn, repeat: int) -> dict:
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return {
+        "median_ms": statistics.median(samples) * 1000,
+        "min_ms": min(samples) * 1000,
+        "max_ms": max(samples) * 1000,
+        "n": repeat,
+    }
+
+
+def machine() -> str:
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
