@@ -169,7 +169,7 @@ def attempt_timeline_partial(request, pk):
             "items": timeline_items(events, start),
             "after": last,
             "kind": kind,
-            "live": attempt.status not in DONE_STATUSES or last > after,
+            "poll": attempt.status not in DONE_STATUSES or last > after,
         },
     )
 
