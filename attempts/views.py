@@ -101,7 +101,8 @@ VIEWS = ("timeline", "changes", "check")
 
 def _header_context(attempt: Attempt) -> dict:
     live = attempt.status not in DONE_STATUSES
-    return {"attempt": attempt, "live": live, "poll": live}
+    last_check = latest_checks([attempt.pk]).get(attempt.pk)
+    return {"attempt": attempt, "live": live, "poll": live, "last_check": last_check}
 
 
 @login_required
