@@ -1,30 +1,312 @@
-from django.contrib import admin
+"""The admin: tasks (create, edit, validate, run, export, delete), saved agents, read-only
+attempts and the audit log. Every write goes through the same services as the pages and CLI."""
 
-from .deletion import attempt_delete, task_delete
-from .models import Attempt, AuditEntry, Task
+from __future__ import annotations
+
+import json
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
+from django.http import StreamingHttpResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+
+from .datasets import FORMATS, export_lines, select_attempts
+from .deletion import attempt_delete, record_audit, task_delete
+from .errors import TaskInvalid
+from .models import Agent, Attempt, AuditEntry, Outcome, Task
+from .services import SAFE_FILE_NAME, attempt_create
+from .task_forms import MultipleFileField, TaskAdminForm
+from .validation import task_validate
+
+
+class RunAttemptsForm(forms.Form):
+    agent = forms.CharField(
+        initial="reference", help_text="noop, reference, command or a saved agent"
+    )
+    command = forms.CharField(required=False, help_text="for the command agent")
+    count = forms.IntegerField(min_value=1, max_value=100, initial=1)
+
+
+class ExportForm(forms.Form):
+    format = forms.ChoiceField(choices=[(f, f) for f in FORMATS])
+    outcome = forms.ChoiceField(choices=[("", "any outcome"), *Outcome.choices], required=False)
 
 
 @admin.register(Task)
 class TaskAdmin(admin.ModelAdmin):
-    list_display = ("slug", "title", "repo_url", "base_ref", "image", "updated_at")
+    form = TaskAdminForm
+    list_display = (
+        "slug",
+        "title",
+        "validation_mark",
+        "repo_url",
+        "base_ref",
+        "attempt_count",
+        "updated_at",
+    )
     search_fields = ("slug", "title")
+    list_filter = ("validation",)
+    readonly_fields = (
+        "base_commit",
+        "check_file_list",
+        "validation",
+        "validation_note",
+        "validation_links",
+        "source_dir",
+    )
+    actions = ["validate", "run_attempts", "export_attempts", "delete_with_attempts"]
+    fieldsets = [
+        (None, {"fields": ["slug", "title", "instruction"]}),
+        ("Repository", {"fields": ["repo_url", "repo_archive", "base_ref", "base_commit"]}),
+        ("Sandbox", {"fields": ["image", "setup_command", "check_command"]}),
+        (
+            "Hidden check files and reference",
+            {"fields": ["check_uploads", "check_file_list", "reference_patch", "reference_upload"]},
+        ),
+        (
+            "Limits",
+            {
+                "fields": [
+                    "setup_timeout",
+                    "agent_timeout",
+                    "check_timeout",
+                    "cpus",
+                    "memory",
+                    "pids_limit",
+                    "network",
+                ]
+            },
+        ),
+        ("Validation", {"fields": ["validation", "validation_note", "validation_links"]}),
+    ]
 
-    # Deleting goes through the service, so attempts' containers and files go too.
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # deletes go through task_delete
+        return actions
+
+    @admin.display(description="validation")
+    def validation_mark(self, task):
+        label = task.get_validation_display()
+        if task.validation == "invalid":
+            return format_html(
+                '<span title="{}">invalid: {}</span>',
+                task.validation_note,
+                task.validation_note[:120],
+            )
+        return label
+
+    @admin.display(description="attempts")
+    def attempt_count(self, task):
+        return format_html(
+            '<a href="{}">{}</a>', reverse("attempts:task", args=[task.slug]), task.attempts.count()
+        )
+
+    @admin.display(description="hidden check files")
+    def check_file_list(self, task):
+        return ", ".join(task.check_file_paths) or "none"
+
+    @admin.display(description="validation attempts")
+    def validation_links(self, task):
+        links = [
+            (
+                reverse("attempts:attempt", args=[a.pk]),
+                f"{name} #{a.number}: {a.outcome or a.status}",
+            )
+            for name, a in (
+                ("reference", task.validation_reference),
+                ("noop", task.validation_noop),
+            )
+            if a
+        ]
+        return format_html_join(", ", '<a href="{}">{}</a>', links) or "–"
+
+    @admin.action(description="Validate (reference must pass, noop must fail)")
+    def validate(self, request, queryset):
+        for task in queryset:
+            task_validate(task=task, by=request.user.get_username())
+        self.message_user(
+            request,
+            f"Validating {queryset.count()} task(s): reference and noop "
+            "attempts enqueued; the mark follows when they finish.",
+        )
+
+    @admin.action(description="Run attempts…")
+    def run_attempts(self, request, queryset):
+        form = RunAttemptsForm(request.POST if "count" in request.POST else None)
+        if form.is_valid():
+            started = 0
+            for task in queryset:
+                try:
+                    for _ in range(form.cleaned_data["count"]):
+                        attempt_create(
+                            task=task,
+                            agent=form.cleaned_data["agent"],
+                            command=form.cleaned_data["command"],
+                        )
+                        started += 1
+                except TaskInvalid as exc:
+                    self.message_user(
+                        request, f"{task.slug}: {exc.field}: {exc.message}", messages.ERROR
+                    )
+            self.message_user(request, f"Enqueued {started} attempt(s).")
+            return None
+        return render(
+            request,
+            "admin/attempts/task_action_form.html",
+            {
+                "title": "Run attempts",
+                "form": form,
+                "tasks": queryset,
+                "action": "run_attempts",
+                "opts": self.model._meta,
+                "button": "Enqueue",
+            },
+        )
+
+    @admin.action(description="Export attempts (JSONL)…")
+    def export_attempts(self, request, queryset):
+        form = ExportForm(request.POST if "format" in request.POST else None)
+        if not form.is_valid():
+            return render(
+                request,
+                "admin/attempts/task_action_form.html",
+                {
+                    "title": "Export attempts",
+                    "form": form,
+                    "tasks": queryset,
+                    "action": "export_attempts",
+                    "opts": self.model._meta,
+                    "button": "Download",
+                },
+            )
+        fmt, outcome = form.cleaned_data["format"], form.cleaned_data["outcome"] or None
+        by = request.user.get_username()
+        for task in queryset:
+            record_audit(
+                action=AuditEntry.Action.EXPORT_TASK,
+                actor=by,
+                task=task,
+                format=fmt,
+                **({"outcome": outcome} if outcome else {}),
+            )
+        attempts = select_attempts(Attempt.objects.filter(task__in=queryset), outcome=outcome)
+        response = StreamingHttpResponse(
+            export_lines(attempts, fmt), content_type="application/x-ndjson"
+        )
+        response["Content-Disposition"] = f'attachment; filename="boltz-tasks-{fmt}.jsonl"'
+        return response
+
+    @admin.action(description="Delete tasks with their attempts and containers…")
+    def delete_with_attempts(self, request, queryset):
+        if request.POST.get("confirm") != "yes":
+            return render(
+                request,
+                "admin/attempts/task_action_form.html",
+                {
+                    "title": "Delete tasks",
+                    "tasks": queryset,
+                    "action": "delete_with_attempts",
+                    "opts": self.model._meta,
+                    "button": "Yes, delete them",
+                    "confirm": True,
+                    "explanation": "Each task, every attempt of it, their files and containers go.",
+                },
+            )
+        count = sum(task_delete(task=t, by=request.user.get_username()) for t in list(queryset))
+        self.message_user(request, f"Deleted the tasks and {count} attempt(s).")
+        return None
+
     def delete_model(self, request, obj):
         task_delete(task=obj, by=request.user.get_username())
 
-    def delete_queryset(self, request, queryset):
-        for task in queryset:
-            task_delete(task=task, by=request.user.get_username())
+
+class AgentForm(forms.ModelForm):
+    uploads = MultipleFileField(
+        required=False,
+        label="Files",
+        help_text="Copied to $BOLTZ_AGENT_DIR; replaces the current files.",
+    )
+
+    class Meta:
+        model = Agent
+        fields = ["name", "description", "command", "environment"]
+        widgets = {"command": forms.Textarea(attrs={"rows": 3, "cols": 100})}
+
+    def clean_name(self):
+        from .agents import BUILTIN_AGENTS
+
+        name = self.cleaned_data["name"]
+        if name in BUILTIN_AGENTS:
+            raise forms.ValidationError(f"{name} is a built-in agent's name")
+        return name
+
+    def clean_environment(self):
+        env = self.cleaned_data["environment"] or {}
+        if not isinstance(env, dict) or not all(
+            isinstance(v, str | int | float) for v in env.values()
+        ):
+            raise forms.ValidationError('give an object of names and values: {"NAME": "value"}')
+        return {str(k): str(v) for k, v in env.items()}
+
+    def clean_uploads(self):
+        uploads = self.cleaned_data["uploads"]
+        for upload in uploads:
+            if not SAFE_FILE_NAME.match(upload.name):
+                raise forms.ValidationError(f"{upload.name!r}: use a plain file name")
+        return uploads
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    form = AgentForm
+    list_display = ("name", "description", "command", "file_names")
+
+    @admin.display(description="files")
+    def file_names(self, agent):
+        return ", ".join(f["name"] for f in agent.files) or "–"
+
+    def save_model(self, request, obj, form, change):
+        uploads = form.cleaned_data.get("uploads") or []
+        super().save_model(request, obj, form, change)
+        if uploads:
+            stored = []
+            for upload in uploads:
+                name = default_storage.save(
+                    f"agents/{obj.pk}/{upload.name}", ContentFile(upload.read())
+                )
+                stored.append({"name": upload.name, "storage": name, "bytes": upload.size})
+            obj.files = stored
+            obj.save(update_fields=["files"])
 
 
 @admin.register(Attempt)
 class AttemptAdmin(admin.ModelAdmin):
-    list_display = ("__str__", "agent", "status", "outcome", "score", "host", "created_at")
+    list_display = (
+        "__str__",
+        "page_link",
+        "agent",
+        "status",
+        "outcome",
+        "score",
+        "host",
+        "created_at",
+    )
     list_filter = ("status", "outcome", "agent")
     readonly_fields = [f.name for f in Attempt._meta.fields]
 
+    @admin.display(description="dashboard")
+    def page_link(self, attempt):
+        return format_html('<a href="{}">open</a>', attempt.get_absolute_url())
+
     def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
         return False
 
     def delete_model(self, request, obj):
@@ -37,9 +319,21 @@ class AttemptAdmin(admin.ModelAdmin):
 
 @admin.register(AuditEntry)
 class AuditEntryAdmin(admin.ModelAdmin):
-    list_display = ("time", "actor", "action", "task_slug", "attempt_number", "attempt_id")
+    list_display = (
+        "time",
+        "actor",
+        "action",
+        "task_slug",
+        "attempt_number",
+        "attempt_id",
+        "details_text",
+    )
     list_filter = ("action",)
     readonly_fields = [f.name for f in AuditEntry._meta.fields]
+
+    @admin.display(description="details")
+    def details_text(self, entry):
+        return json.dumps(entry.details)
 
     def has_add_permission(self, request):
         return False

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from django.core.files.storage import default_storage
 
 from .errors import TaskInvalid
-from .models import Attempt, Task
+from .models import Agent, Attempt, Task
 
 AGENT_DIR = "/tmp/boltz/agent"
 BUILTIN_AGENTS = ("noop", "reference", "command")
@@ -20,6 +20,37 @@ class AgentPlan:
     description: str
     command: str | None = None
     files: dict[str, bytes] = field(default_factory=dict)
+
+
+@dataclass
+class AgentChoice:
+    """What an attempt runs: a built-in agent, or a saved one resolved to its command."""
+
+    label: str
+    command: str = ""
+    files: dict[str, bytes] = field(default_factory=dict)
+    environment: dict[str, str] = field(default_factory=dict)
+
+
+def resolve_agent(
+    task: Task, agent: str, command: str = "", files: dict[str, bytes] | None = None
+) -> AgentChoice:
+    """Check an agent choice and turn a saved agent's name into its command, files and env."""
+    if agent in BUILTIN_AGENTS:
+        validate_agent(task, agent, command)
+        return AgentChoice(agent, command, dict(files or {}))
+    saved = Agent.objects.filter(name=agent).first()
+    if saved is None:
+        names = ", ".join([*BUILTIN_AGENTS, *Agent.objects.values_list("name", flat=True)])
+        raise TaskInvalid("agent", f"{agent!r} is not an agent; choose one of {names}")
+    if command.strip() or files:
+        raise TaskInvalid("command", f"the saved agent {agent} brings its own command and files")
+    stored = {}
+    for entry in saved.files:
+        with default_storage.open(entry["storage"], "rb") as handle:
+            stored[entry["name"]] = handle.read()
+    env = {str(k): str(v) for k, v in (saved.environment or {}).items()}
+    return AgentChoice(saved.name, saved.command, stored, env)
 
 
 def validate_agent(task: Task, agent: str, command: str = "") -> None:
@@ -47,7 +78,7 @@ def plan_for(attempt: Attempt) -> AgentPlan:
             command=f"git apply --whitespace=nowarn {AGENT_DIR}/reference.patch",
             files={"reference.patch": task.reference_patch.encode()},
         )
-    if attempt.agent == "command":
+    if attempt.agent_command:  # the command agent, or a saved agent resolved to its command
         files = {}
         for entry in attempt.agent_files:
             with default_storage.open(entry["storage"], "rb") as handle:

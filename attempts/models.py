@@ -36,6 +36,30 @@ class Task(models.Model):
     network = models.BooleanField(default=False, help_text="Off by default: network_mode=none.")
 
     source_dir = models.CharField(max_length=1000, blank=True, help_text="Loaded from this folder.")
+    required_tests = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Test ids that must all pass (SWE-bench FAIL_TO_PASS + PASS_TO_PASS); "
+        "empty: the usual scoring precedence.",
+    )
+    validation = models.CharField(
+        max_length=16,
+        blank=True,
+        default="",
+        choices=[
+            ("", "not validated"),
+            ("running", "validating"),
+            ("valid", "valid"),
+            ("invalid", "invalid"),
+        ],
+    )
+    validation_note = models.TextField(blank=True)
+    validation_reference = models.ForeignKey(
+        "Attempt", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    validation_noop = models.ForeignKey(
+        "Attempt", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -95,6 +119,7 @@ class Attempt(models.Model):
     agent_files = models.JSONField(
         default=list, blank=True, help_text="Storage names of files uploaded for the agent."
     )
+    agent_env = models.JSONField(default=dict, blank=True, help_text="Extra environment.")
 
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     outcome = models.CharField(max_length=16, choices=Outcome.choices, blank=True)
@@ -293,6 +318,28 @@ class WorkerHost(models.Model):
     name = models.CharField(max_length=255, unique=True)
     capacity = models.PositiveIntegerField(default=0)
     last_seen = models.DateTimeField(default=timezone.now)
+    images = models.JSONField(default=list, blank=True, help_text="Images the host has.")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Agent(models.Model):
+    """A saved command agent, chosen by name in the dashboard, the command line and the API."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    description = models.CharField(max_length=300, blank=True)
+    command = models.TextField(help_text="Runs in /workspace with $BOLTZ_INSTRUCTION set.")
+    environment = models.JSONField(default=dict, blank=True, help_text='{"NAME": "value"}')
+    files = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Files copied to $BOLTZ_AGENT_DIR: [{name, storage, bytes}].",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["name"]

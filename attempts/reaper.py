@@ -11,6 +11,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .deletion import attempt_delete, sandbox_delete
+from .errors import InfrastructureError
 from .models import ACTIVE_STATUSES, Attempt, EventKind, SandboxState, Status, WorkerHost
 from .runner import mark_infra_error
 from .sandbox import runtime
@@ -57,8 +58,27 @@ def known_hosts() -> list[str]:
 
 
 def register_host(host: str, capacity: int) -> None:
+    """Record this worker's host, its capacity and the images it has (for task forms)."""
+    try:
+        images = runtime.list_image_names()
+    except InfrastructureError:
+        images = []
     WorkerHost.objects.update_or_create(
-        name=host, defaults={"capacity": capacity, "last_seen": timezone.now()}
+        name=host, defaults={"capacity": capacity, "last_seen": timezone.now(), "images": images}
+    )
+
+
+def known_images() -> list[str]:
+    """Every image some worker host reported having."""
+    recent = timezone.now() - timedelta(days=30)
+    return sorted(
+        {
+            i
+            for images in WorkerHost.objects.filter(last_seen__gte=recent).values_list(
+                "images", flat=True
+            )
+            for i in images
+        }
     )
 
 
@@ -80,6 +100,8 @@ def reap_host(host: str | None = None, now=None) -> dict:
     container whose attempt is gone, deleted, lost, or past its retention."""
     host = host or settings.BOLTZ_HOST
     now = now or timezone.now()
+    if host == settings.BOLTZ_HOST:
+        register_host(host, settings.BOLTZ_MAX_SANDBOXES)
     lost = 0
     stuck = Attempt.objects.filter(host=host, status__in=ACTIVE_STATUSES, deadline_at__lt=now)
     for attempt in stuck:

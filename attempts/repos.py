@@ -126,6 +126,20 @@ def commit_folder(folder: Path, repo: Path) -> str:
     return git("rev-parse", "HEAD", cwd=repo).strip()
 
 
+def repository_from_folder(folder: Path, slug: str) -> str:
+    """A task's repository from a folder of files: kept as it is when it is a git repository
+    (history and all), else committed as one commit. Returns the path to use as repo_url."""
+    target = settings.DATA_DIR / "task-repos" / slug
+    if (folder / ".git").exists():
+        if target.exists():
+            shutil.rmtree(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(folder, target, symlinks=True)
+    else:
+        commit_folder(folder, target)
+    return str(target)
+
+
 def _chown_to_sandbox(info: tarfile.TarInfo) -> tarfile.TarInfo:
     info.uid = info.gid = 1000
     info.uname = info.gname = "sandbox"

@@ -40,6 +40,7 @@ from .models import (
 from .sandbox.runtime import ExecResult, Sandbox, SandboxSpec
 from .storage import delete_tree
 from .timeline import Timeline, clip
+from .validation import refresh_validation
 from .workspace import ChunkReader, filter_workspace
 
 log = logging.getLogger(__name__)
@@ -333,6 +334,7 @@ class AttemptRunner:
             timeout=self.task.agent_timeout,
             actor=Actor.AGENT,
             environment={
+                **(self.attempt.agent_env or {}),
                 "BOLTZ_INSTRUCTION": instruction,
                 "BOLTZ_AGENT_DIR": agents.AGENT_DIR,
             },
@@ -586,6 +588,7 @@ class AttemptRunner:
             reason=reason,
             message=f"{status}: {outcome}",
         )
+        refresh_validation(self.task.pk)
 
     def _stopped_reason(self) -> str:
         try:
@@ -650,6 +653,9 @@ def mark_infra_error(attempt_id: int, reason: str, *, expected_status: str = Sta
             reason=reason,
             message=f"finished: {Outcome.INFRA_ERROR}",
         )
+        task_id = Attempt.objects.filter(pk=attempt_id).values_list("task_id", flat=True).first()
+        if task_id:
+            refresh_validation(task_id)
     return bool(updated)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
@@ -26,8 +28,10 @@ from .models import (
     Task,
 )
 from .timeline import Timeline
+from .validation import refresh_validation
 
 MAX_AGENT_FILES_BYTES = 64 * 1024 * 1024
+SAFE_FILE_NAME = re.compile(r"^[\w][\w.-]{0,99}$")
 
 
 def attempt_create(
@@ -38,17 +42,25 @@ def attempt_create(
     files: dict[str, bytes] | None = None,
     queue: str | None = None,
 ) -> Attempt:
-    """Create a queued attempt and enqueue it once the transaction commits."""
-    agents.validate_agent(task, agent, command)
-    files = files or {}
+    """Create a queued attempt and enqueue it once the transaction commits. `agent` is noop,
+    reference, command (with `command` and optional `files`) or the name of a saved agent."""
+    choice = agents.resolve_agent(task, agent, command, files)
+    agent, command, files = choice.label, choice.command, choice.files
     if sum(len(d) for d in files.values()) > MAX_AGENT_FILES_BYTES:
         raise TaskInvalid("files", f"agent files may add up to {MAX_AGENT_FILES_BYTES} bytes")
+    for name in files:
+        if not SAFE_FILE_NAME.match(name):
+            raise TaskInvalid("files", f"{name!r}: use a plain file name (letters, digits, . _ -)")
     for _ in range(5):
         try:
             with transaction.atomic():
                 number = (task.attempts.aggregate(m=Max("number"))["m"] or 0) + 1
                 attempt = Attempt.objects.create(
-                    task=task, number=number, agent=agent, agent_command=command
+                    task=task,
+                    number=number,
+                    agent=agent,
+                    agent_command=command,
+                    agent_env=choice.environment,
                 )
                 break
         except IntegrityError:  # two creators took the same number: take the next one
@@ -132,6 +144,7 @@ def attempt_cancel(*, attempt: Attempt, by: str) -> bool:
                 status=Status.CANCELLED,
                 message=f"cancelled by {by} before it started",
             )
+            refresh_validation(attempt.task_id)
             return True
         updated = (
             Attempt.objects.filter(pk=attempt.pk, cancel_requested_at__isnull=True)
@@ -151,13 +164,16 @@ def attempt_cancel(*, attempt: Attempt, by: str) -> bool:
 
 def attempt_rerun(*, attempt: Attempt, by: str) -> Attempt:
     """A new attempt at the same task with the same agent, command and files."""
-    files = {}
-    for entry in attempt.agent_files:
-        with default_storage.open(entry["storage"], "rb") as handle:
-            files[entry["name"]] = handle.read()
-    new = attempt_create(
-        task=attempt.task, agent=attempt.agent, command=attempt.agent_command, files=files
-    )
+    if attempt.agent in agents.BUILTIN_AGENTS:
+        files = {}
+        for entry in attempt.agent_files:
+            with default_storage.open(entry["storage"], "rb") as handle:
+                files[entry["name"]] = handle.read()
+        new = attempt_create(
+            task=attempt.task, agent=attempt.agent, command=attempt.agent_command, files=files
+        )
+    else:  # a saved agent: as it is saved now
+        new = attempt_create(task=attempt.task, agent=attempt.agent)
     Attempt.objects.filter(pk=new.pk).update(rerun_of=attempt)
     Timeline(new.pk).add(
         EventKind.LIFECYCLE,

@@ -171,7 +171,7 @@ def read_task_dir(directory: Path) -> dict:
         "source_dir": str(directory),
     }
     if reference:
-        _check_reference_applies(values)
+        check_reference_applies(values)
     return values
 
 
@@ -181,7 +181,7 @@ def _parse_bool(value) -> bool:
     raise ValueError(f"{value!r}: expected true or false")
 
 
-def _check_reference_applies(values: dict) -> None:
+def check_reference_applies(values: dict) -> None:
     with tempfile.TemporaryDirectory(dir=settings.DATA_DIR) as scratch:
         tree = Path(scratch) / "tree"
         mirror = repos.ensure_mirror(values["repo_url"])

@@ -149,7 +149,9 @@ def test_a_reviewer_works_through_the_ui(page, live_server, worker, load_example
     confirm(page, "Cancel")
     page.wait_for_selector("#attempt-header .status-cancelled", timeout=30_000)
     assert "cancelled by reviewer" in page.locator("#attempt-header").inner_text()
-    assert page.locator("#attempt-header button:has-text('Cancel')").count() == 0, page.locator("#attempt-header").inner_html()
+    assert page.locator("#attempt-header button:has-text('Cancel')").count() == 0, page.locator(
+        "#attempt-header"
+    ).inner_html()
     shot(page, "10-attempt-cancelled")
 
     # Delete attempt 2: it is gone, and so is its container.

@@ -1,0 +1,217 @@
+"""The admin's task form: every field of the task directory format, validated on save with
+field errors that say what to fix (repository, ref, image, hidden files, reference patch)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from django import forms
+from django.conf import settings
+from django.utils.text import slugify
+
+from . import repos
+from .archives import ArchiveRefused, safe_extract, single_top_folder
+from .env_values import parse_bytes
+from .errors import TaskInvalid
+from .models import Task
+from .reaper import known_images
+from .taskdirs import check_reference_applies
+
+
+class MultipleFileInput(forms.ClearableFileInput):
+    allow_multiple_selected = True
+
+
+class MultipleFileField(forms.FileField):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("widget", MultipleFileInput())
+        super().__init__(*args, **kwargs)
+
+    def clean(self, data, initial=None):
+        single = super().clean
+        if isinstance(data, list | tuple):
+            return [single(d, initial) for d in data]
+        return [single(data, initial)] if data else []
+
+
+def _too_big(upload) -> bool:
+    return upload.size > settings.BOLTZ_MAX_UPLOAD_BYTES
+
+
+class TaskAdminForm(forms.ModelForm):
+    repo_archive = forms.FileField(
+        required=False,
+        label="Repository archive",
+        help_text="A zip or tar.gz of a git repository or a plain folder (which becomes a "
+        "repository with one commit). Replaces the repository field.",
+    )
+    check_uploads = MultipleFileField(
+        required=False,
+        label="Hidden check files",
+        help_text="Several files (placed at the repository root), or one archive keeping its "
+        "folders (e.g. tests/test_x.py). Replaces the current hidden files.",
+    )
+    reference_upload = forms.FileField(required=False, label="Reference patch file")
+    memory = forms.CharField(initial="1g", help_text="Memory and swap, e.g. 512m, 2g.")
+
+    class Meta:
+        model = Task
+        fields = [
+            "slug",
+            "title",
+            "instruction",
+            "repo_url",
+            "base_ref",
+            "image",
+            "setup_command",
+            "check_command",
+            "reference_patch",
+            "setup_timeout",
+            "agent_timeout",
+            "check_timeout",
+            "cpus",
+            "pids_limit",
+            "network",
+        ]
+        widgets = {
+            "instruction": forms.Textarea(attrs={"rows": 14, "cols": 100}),
+            "reference_patch": forms.Textarea(
+                attrs={"rows": 8, "cols": 100, "placeholder": "or paste a diff here"}
+            ),
+            "setup_command": forms.Textarea(attrs={"rows": 2, "cols": 100}),
+            "check_command": forms.Textarea(attrs={"rows": 2, "cols": 100}),
+        }
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["repo_url"].required = False
+        self.fields["base_ref"].help_text = "Branch, tag or commit; stored as the commit it names."
+        images = known_images()
+        self.fields["image"].help_text = (
+            f"Empty: {settings.BOLTZ_DEFAULT_IMAGE}. On the worker hosts: "
+            + (", ".join(images) if images else "no worker has reported its images yet")
+        )
+        if self.instance.pk:
+            self.fields["memory"].initial = f"{self.instance.memory_bytes // (1024 * 1024)}m"
+            paths = self.instance.check_file_paths
+            self.fields["check_uploads"].help_text += (
+                f" Now: {', '.join(paths)}." if paths else " Now: none."
+            )
+        self._scratch = None
+
+    def _scratch_dir(self) -> Path:
+        if self._scratch is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix="task-form-", dir=settings.DATA_DIR))
+        return self._scratch
+
+    def clean_memory(self):
+        try:
+            value = parse_bytes(self.cleaned_data["memory"])
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+        if value < 16 * 1024 * 1024:
+            raise forms.ValidationError("give at least 16m")
+        return value
+
+    def clean_check_command(self):
+        command = self.cleaned_data["check_command"].strip()
+        if not command:
+            raise forms.ValidationError("the check command must not be empty")
+        return command
+
+    def clean(self):
+        data = super().clean()
+        slug = data.get("slug") or slugify(data.get("title", ""))
+        archive = data.get("repo_archive")
+        if archive:
+            if _too_big(archive):
+                self.add_error(
+                    "repo_archive",
+                    f"larger than {settings.BOLTZ_MAX_UPLOAD_BYTES} bytes (BOLTZ_MAX_UPLOAD_BYTES)",
+                )
+                return data
+            try:
+                root = safe_extract(archive.file, self._scratch_dir() / "repo")
+            except ArchiveRefused as exc:
+                self.add_error("repo_archive", f"refused: {exc}")
+                return data
+            data["repo_url"] = repos.repository_from_folder(
+                single_top_folder(root), slug or "upload"
+            )
+        if not data.get("repo_url"):
+            self.add_error(
+                "repo_url", "give a git URL or a path on the worker hosts, or upload an archive"
+            )
+            return data
+        try:
+            data["base_commit"] = repos.resolve_ref(
+                data["repo_url"], data.get("base_ref") or "HEAD"
+            )
+        except TaskInvalid as exc:
+            self.add_error("base_ref" if exc.field == "ref" else "repo_url", exc.message)
+            return data
+        image = data.get("image") or settings.BOLTZ_DEFAULT_IMAGE
+        images = known_images()
+        if image not in images:
+            self.add_error(
+                "image",
+                f"{image} is not on any worker host"
+                + (
+                    f" (they have: {', '.join(images)})"
+                    if images
+                    else "; no worker has reported its images yet: start one"
+                ),
+            )
+        upload = data.get("reference_upload")
+        if upload:
+            data["reference_patch"] = upload.read().decode("utf-8", errors="replace")
+        if data.get("reference_patch", "").strip():
+            try:
+                check_reference_applies(
+                    {
+                        "repo_url": data["repo_url"],
+                        "base_commit": data["base_commit"],
+                        "reference_patch": data["reference_patch"],
+                    }
+                )
+            except TaskInvalid as exc:
+                self.add_error("reference_patch", exc.message)
+        uploads = data.get("check_uploads") or []
+        if uploads:
+            try:
+                data["check_files"], data["check_file_paths"] = self._check_files(uploads)
+            except (ArchiveRefused, TaskInvalid) as exc:
+                self.add_error("check_uploads", str(exc))
+        return data
+
+    def _check_files(self, uploads) -> tuple[bytes, list[str]]:
+        folder = self._scratch_dir() / "check"
+        folder.mkdir(exist_ok=True)
+        for upload in uploads:
+            if _too_big(upload):
+                raise ArchiveRefused(f"{upload.name} is larger than BOLTZ_MAX_UPLOAD_BYTES")
+        archive_like = len(uploads) == 1 and uploads[0].name.endswith(
+            (".zip", ".tar", ".tar.gz", ".tgz")
+        )
+        if archive_like:
+            safe_extract(uploads[0].file, folder)  # its folders are the repository's
+        else:
+            for upload in uploads:
+                name = Path(upload.name).name
+                if not name or name.startswith("."):
+                    raise ArchiveRefused(f"{upload.name!r} is not a plain file name")
+                (folder / name).write_bytes(upload.read())
+        return repos.tar_folder(folder, prefix="workspace/")
+
+    def save(self, commit=True):
+        task = super().save(commit=False)
+        data = self.cleaned_data
+        task.repo_url = data["repo_url"]
+        task.base_commit = data["base_commit"]
+        task.memory_bytes = data["memory"]
+        if "check_files" in data:
+            task.check_files, task.check_file_paths = data["check_files"], data["check_file_paths"]
+        if commit:
+            task.save()
+        return task

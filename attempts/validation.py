@@ -1,0 +1,80 @@
+"""Task validation: a task is valid when its reference passes and doing nothing fails.
+
+A task that fails either half cannot be checked honestly: its numbers would mean nothing.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from .models import DONE_STATUSES, Attempt, Outcome, Task
+
+
+def task_validate(*, task: Task, by: str) -> Task:
+    """Start a reference and a noop attempt; the mark follows when both have finished.
+    Running it again replaces the mark."""
+    from .services import attempt_create
+
+    if not task.reference_patch.strip():
+        Task.objects.filter(pk=task.pk).update(
+            validation="invalid",
+            validation_reference=None,
+            validation_noop=None,
+            validation_note="no reference solution: give the task a reference patch",
+        )
+        task.refresh_from_db()
+        return task
+    with transaction.atomic():
+        reference = attempt_create(task=task, agent="reference")
+        noop = attempt_create(task=task, agent="noop")
+        Task.objects.filter(pk=task.pk).update(
+            validation="running",
+            validation_reference=reference,
+            validation_noop=noop,
+            validation_note=f"validating (requested by {by})",
+        )
+    task.refresh_from_db()
+    return task
+
+
+def verdict(reference: Attempt | None, noop: Attempt | None) -> tuple[str, str] | None:
+    """(mark, note) once both attempts have ended; None while either still runs."""
+    if reference is None or noop is None:
+        return "invalid", "a validation attempt was deleted: validate again"
+    if reference.status not in DONE_STATUSES or noop.status not in DONE_STATUSES:
+        return None
+    problems = []
+    for name, attempt in (("reference", reference), ("noop", noop)):
+        if attempt.outcome in (Outcome.INFRA_ERROR, Outcome.CANCELLED):
+            problems.append(
+                f"the {name} attempt (#{attempt.number}) could not run: "
+                f"{attempt.failure_reason or attempt.outcome}"
+            )
+    if problems:
+        return "invalid", "; ".join(problems)
+    if reference.outcome != Outcome.PASSED:
+        problems.append(
+            f"reference failed (#{reference.number}, {reference.outcome}): the "
+            "check does not pass with the reference solution"
+        )
+    if noop.outcome == Outcome.PASSED:
+        problems.append(f"noop passed (#{noop.number}): the check passes without any change")
+    if problems:
+        return "invalid", "; ".join(problems)
+    return "valid", f"reference passed (#{reference.number}) and noop failed (#{noop.number})"
+
+
+def refresh_validation(task_id: int) -> None:
+    """Called as attempts end: set the task's mark once both validation attempts are done."""
+    task = (
+        Task.objects.filter(pk=task_id, validation="running")
+        .select_related("validation_reference", "validation_noop")
+        .first()
+    )
+    if task is None:
+        return
+    result = verdict(task.validation_reference, task.validation_noop)
+    if result is not None:
+        Task.objects.filter(pk=task.pk, validation="running").update(
+            validation=result[0], validation_note=result[1]
+        )
