@@ -86,6 +86,8 @@ class TaskAdminForm(forms.ModelForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["repo_url"].required = False
+        self.fields["check_command"].required = False  # clean_check_command says what to fix
+        self.fields["reference_patch"].strip = False  # a patch's last newline matters
         self.fields["base_ref"].help_text = "Branch, tag or commit; stored as the commit it names."
         images = known_images()
         self.fields["image"].help_text = (
@@ -166,7 +168,11 @@ class TaskAdminForm(forms.ModelForm):
         upload = data.get("reference_upload")
         if upload:
             data["reference_patch"] = upload.read().decode("utf-8", errors="replace")
-        if data.get("reference_patch", "").strip():
+        patch = (data.get("reference_patch") or "").replace("\r\n", "\n")
+        if patch.strip() and not patch.endswith("\n"):
+            patch += "\n"
+        data["reference_patch"] = patch if patch.strip() else ""
+        if data["reference_patch"]:
             try:
                 check_reference_applies(
                     {
