@@ -443,7 +443,10 @@ class AttemptRunner:
         run = self.exec("check", task.check_command, timeout=task.check_timeout, environment=env)
         files = self.sandbox.read_files(CHECK_DIR, max_bytes=MAX_CHECK_FILE)
         score = scoring.score_check(
-            exit_code=run.result.exit_code, timed_out=run.result.timed_out, files=files
+            exit_code=run.result.exit_code,
+            timed_out=run.result.timed_out,
+            files=files,
+            required=task.required_tests,
         )
         junit = next((d for n, d in sorted(files.items()) if n.endswith(".xml")), b"")
         with transaction.atomic():

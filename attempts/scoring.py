@@ -104,11 +104,47 @@ def parse_junit(data: bytes) -> list[TestCase]:
     return cases
 
 
-def score_check(*, exit_code: int | None, timed_out: bool, files: dict[str, bytes]) -> Score:
-    """Score a finished check from its exit code and the files it wrote to its output folder."""
+def junit_name(test_id: str) -> str:
+    """A pytest node id as the name Boltz gives the JUnit test case:
+    'tests/test_x.py::TestA::test_b[1]' -> 'tests.test_x.TestA::test_b[1]'."""
+    if "::" not in test_id:
+        return test_id
+    path, *rest = test_id.split("::")
+    module = path[:-3] if path.endswith(".py") else path
+    module = module.replace("/", ".")
+    *classes, name = rest
+    return "::".join([".".join([module, *classes]), name])
+
+
+def score_required(tests: list[TestCase], required: list[str], notes: list[str]) -> Score:
+    """Passed exactly when every required test passed (SWE-bench: FAIL_TO_PASS and
+    PASS_TO_PASS); a required test that did not run counts as not passed."""
+    outcomes = {t.name: t.outcome for t in tests}
+    wanted = [junit_name(t) for t in required]
+    missing = [t for t in wanted if t not in outcomes]
+    if missing:
+        notes.append(f"{len(missing)} required test(s) did not run: {', '.join(missing[:5])}")
+    passed = sum(1 for t in wanted if outcomes.get(t) == "passed")
+    return Score(passed == len(wanted), passed / len(wanted), "junit", tests=tests, notes=notes)
+
+
+def score_check(
+    *,
+    exit_code: int | None,
+    timed_out: bool,
+    files: dict[str, bytes],
+    required: list[str] | None = None,
+) -> Score:
+    """Score a finished check from its exit code and the files it wrote to its output folder.
+    With `required` test ids, the JUnit report decides: all of them must pass."""
     notes: list[str] = []
     if timed_out:
         return Score(False, 0.0, "exit_code", notes=["the check timed out"])
+    if required:
+        junit = _junit_files(files)
+        if not junit:
+            notes.append("the check wrote no JUnit report, so no required test passed")
+        return score_required(_collect_tests(junit, notes), required, notes)
     for name, parse in ((REWARD_JSON, parse_reward_json), (REWARD_TXT, parse_reward_txt)):
         if name in files:
             try:

@@ -163,3 +163,5 @@ CELERY_BEAT_SCHEDULE = {
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 BOLTZ_MAX_UPLOAD_BYTES = env_bytes("BOLTZ_MAX_UPLOAD_BYTES", "256m")
+# Where SWE-bench imports find local clones of their repositories (owner__name folders).
+BOLTZ_SWEBENCH_REPOS = env_str("BOLTZ_SWEBENCH_REPOS", "")

@@ -36,11 +36,21 @@ def repo_zip(*, git: bool = False, extra: dict[str, bytes] | None = None) -> byt
 
 def form_data(**overrides) -> dict:
     data = {
-        "slug": "uploaded", "title": "Uploaded task", "instruction": "Fix add().",
-        "repo_url": "", "base_ref": "HEAD", "image": "", "setup_command": "",
+        "slug": "uploaded",
+        "title": "Uploaded task",
+        "instruction": "Fix add().",
+        "repo_url": "",
+        "base_ref": "HEAD",
+        "image": "",
+        "setup_command": "",
         "check_command": "python3 -m pytest -q -p no:cacheprovider tests",
-        "reference_patch": PATCH, "setup_timeout": 60, "agent_timeout": 60,
-        "check_timeout": 60, "cpus": 1, "memory": "512m", "pids_limit": 256,
+        "reference_patch": PATCH,
+        "setup_timeout": 60,
+        "agent_timeout": 60,
+        "check_timeout": 60,
+        "cpus": 1,
+        "memory": "512m",
+        "pids_limit": 256,
     }
     data.update(overrides)
     return data
@@ -56,17 +66,22 @@ def post_task(admin_client, data, files):
 
 
 def test_admin_creates_a_task_from_an_uploaded_archive(admin_client, docker_ready, host_images):
-    response = post_task(admin_client, form_data(), {
-        "repo_archive": SimpleUploadedFile("repo.zip", repo_zip()),
-        "check_uploads": [SimpleUploadedFile("check.tar", _tar({"tests/test_calc.py": CHECK}))],
-    })
+    response = post_task(
+        admin_client,
+        form_data(),
+        {
+            "repo_archive": SimpleUploadedFile("repo.zip", repo_zip()),
+            "check_uploads": [SimpleUploadedFile("check.tar", _tar({"tests/test_calc.py": CHECK}))],
+        },
+    )
     assert response.status_code == 302, response.content.decode()[:3000]
     task = Task.objects.get(slug="uploaded")
     assert len(task.base_commit) == 40 and task.base_ref == "HEAD"
     assert task.check_file_paths == ["tests/test_calc.py"]
     assert task.memory_bytes == 512 * 1024**2
-    log = subprocess.run(["git", "log", "--oneline"], cwd=task.repo_url, capture_output=True,
-                         text=True).stdout
+    log = subprocess.run(
+        ["git", "log", "--oneline"], cwd=task.repo_url, capture_output=True, text=True
+    ).stdout
     assert len(log.splitlines()) == 1  # a plain folder became one commit
 
 
@@ -97,37 +112,50 @@ def _evil_tar(kind: str) -> bytes:
     return buffer.getvalue()
 
 
-@pytest.mark.parametrize(("kind", "reason"), [("escape", "outside the archive's folder"),
-                                              ("link", "links to '/etc/passwd'")])
-def test_archives_that_escape_are_refused_with_the_reason(admin_client, docker_ready,
-                                                          host_images, kind, reason):
-    response = post_task(admin_client, form_data(),
-                         {"repo_archive": SimpleUploadedFile("r.tar.gz", _evil_tar(kind))})
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [("escape", "outside the archive's folder"), ("link", "links to '/etc/passwd'")],
+)
+def test_archives_that_escape_are_refused_with_the_reason(
+    admin_client, docker_ready, host_images, kind, reason
+):
+    response = post_task(
+        admin_client, form_data(), {"repo_archive": SimpleUploadedFile("r.tar.gz", _evil_tar(kind))}
+    )
     assert response.status_code == 200
     assert reason in html.unescape(response.content.decode())
     assert not Task.objects.exists()
 
 
-def test_an_archive_over_the_size_limit_is_refused(admin_client, docker_ready, host_images,
-                                                   settings):
+def test_an_archive_over_the_size_limit_is_refused(
+    admin_client, docker_ready, host_images, settings
+):
     settings.BOLTZ_MAX_UPLOAD_BYTES = 100
-    response = post_task(admin_client, form_data(),
-                         {"repo_archive": SimpleUploadedFile("repo.zip", repo_zip())})
+    response = post_task(
+        admin_client, form_data(), {"repo_archive": SimpleUploadedFile("repo.zip", repo_zip())}
+    )
     assert "BOLTZ_MAX_UPLOAD_BYTES" in html.unescape(response.content.decode())
     assert not Task.objects.exists()
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"base_ref": "no-such-branch"}, "'no-such-branch' does not exist"),
-    ({"image": "missing:9"}, "missing:9 is not on any worker host"),
-    ({"reference_patch": PATCH.replace("a - b", "a * b")}, "does not apply to the base ref"),
-    ({"check_command": "  "}, "the check command must not be empty"),
-    ({"memory": "lots"}, "is not a size"),
-])
-def test_bad_fields_are_field_errors_that_say_what_to_fix(admin_client, docker_ready,
-                                                         host_images, change, message):
-    response = post_task(admin_client, form_data(**change),
-                         {"repo_archive": SimpleUploadedFile("repo.zip", repo_zip())})
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"base_ref": "no-such-branch"}, "'no-such-branch' does not exist"),
+        ({"image": "missing:9"}, "missing:9 is not on any worker host"),
+        ({"reference_patch": PATCH.replace("a - b", "a * b")}, "does not apply to the base ref"),
+        ({"check_command": "  "}, "the check command must not be empty"),
+        ({"memory": "lots"}, "is not a size"),
+    ],
+)
+def test_bad_fields_are_field_errors_that_say_what_to_fix(
+    admin_client, docker_ready, host_images, change, message
+):
+    response = post_task(
+        admin_client,
+        form_data(**change),
+        {"repo_archive": SimpleUploadedFile("repo.zip", repo_zip())},
+    )
     assert response.status_code == 200
     assert message in html.unescape(response.content.decode())
     assert not Task.objects.exists()
@@ -139,15 +167,17 @@ def test_validation_marks_a_good_task_valid_and_a_broken_one_invalid(worker, loa
     task_validate(task=good, by="admin")
     good.refresh_from_db()
     assert good.validation == "running"
-    wait_until(lambda: Task.objects.get(pk=good.pk).validation != "running", timeout=60,
-               what="validation")
+    wait_until(
+        lambda: Task.objects.get(pk=good.pk).validation != "running", timeout=60, what="validation"
+    )
     good.refresh_from_db()
     assert good.validation == "valid" and "reference passed" in good.validation_note
     # A check that passes whatever the agent does: noop passes, so it cannot be trusted.
     lax = load_example("text-utils", check_command="true")
     task_validate(task=lax, by="admin")
-    wait_until(lambda: Task.objects.get(pk=lax.pk).validation != "running", timeout=60,
-               what="validation")
+    wait_until(
+        lambda: Task.objects.get(pk=lax.pk).validation != "running", timeout=60, what="validation"
+    )
     lax.refresh_from_db()
     assert lax.validation == "invalid" and "noop passed" in lax.validation_note
     again = task_validate(task=lax, by="admin")  # running again replaces the mark
@@ -159,11 +189,15 @@ def test_a_saved_agent_runs_by_name_with_its_files_and_environment(worker, load_
     from django.core.files.base import ContentFile
     from django.core.files.storage import default_storage
 
-    stored = default_storage.save("agents/x/fix.sh", ContentFile(
-        b"sed -i \"s/a - b/a $OPERATOR b/\" calc.py\n"))
-    Agent.objects.create(name="sed-fixer", command="sh $BOLTZ_AGENT_DIR/fix.sh",
-                         environment={"OPERATOR": "+"},
-                         files=[{"name": "fix.sh", "storage": stored, "bytes": 10}])
+    stored = default_storage.save(
+        "agents/x/fix.sh", ContentFile(b'sed -i "s/a - b/a $OPERATOR b/" calc.py\n')
+    )
+    Agent.objects.create(
+        name="sed-fixer",
+        command="sh $BOLTZ_AGENT_DIR/fix.sh",
+        environment={"OPERATOR": "+"},
+        files=[{"name": "fix.sh", "storage": stored, "bytes": 10}],
+    )
     task = load_example("fix-add")
     attempt = wait_finished([attempt_create(task=task, agent="sed-fixer")])[0]
     assert attempt.agent == "sed-fixer" and attempt.outcome == Outcome.PASSED
@@ -176,8 +210,9 @@ def test_a_saved_agent_runs_by_name_with_its_files_and_environment(worker, load_
 def test_admin_lists_attempts_read_only_with_dashboard_links(admin_client, db):
     from attempts.models import Attempt
 
-    task = Task.objects.create(slug="t", instruction="x", repo_url="/r", base_commit="a" * 40,
-                               check_command="true")
+    task = Task.objects.create(
+        slug="t", instruction="x", repo_url="/r", base_commit="a" * 40, check_command="true"
+    )
     attempt = Attempt.objects.create(task=task, number=1, agent="noop")
     html = admin_client.get("/admin/attempts/attempt/").content.decode()
     assert f'href="/attempts/{attempt.pk}/"' in html

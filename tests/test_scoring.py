@@ -62,3 +62,32 @@ def test_a_timed_out_check_fails_whatever_it_wrote():
 
 def test_parse_junit_reads_pytest_reports():
     assert len(parse_junit(JUNIT)) == 4
+
+
+def test_node_ids_map_to_junit_names():
+    from attempts.scoring import junit_name
+
+    assert junit_name("tests/test_a.py::test_ok") == "tests.test_a::test_ok"
+    assert junit_name("tests/test_a.py::TestX::test_y[1-2]") == "tests.test_a.TestX::test_y[1-2]"
+
+
+def test_required_tests_must_all_pass_and_missing_ones_count_as_failed():
+    files = {"junit.xml": JUNIT}
+    ok = score_check(
+        exit_code=1, timed_out=False, files=files, required=["tests/test_a.py::test_ok"]
+    )
+    assert (ok.passed, ok.score) == (True, 1.0)
+    broken = score_check(
+        exit_code=1,
+        timed_out=False,
+        files=files,
+        required=["tests/test_a.py::test_ok", "tests/test_a.py::test_bad"],
+    )
+    assert (broken.passed, broken.score) == (False, 0.5)
+    missing = score_check(
+        exit_code=0,
+        timed_out=False,
+        files=files,
+        required=["tests/test_a.py::test_ok", "tests/test_a.py::test_gone"],
+    )
+    assert missing.passed is False and "did not run" in missing.notes[0]

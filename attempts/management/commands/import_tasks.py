@@ -1,0 +1,42 @@
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from attempts.errors import TaskInvalid
+from attempts.importers import import_path
+
+
+class Command(BaseCommand):
+    help = (
+        "Import tasks: a Boltz task directory, a folder or zip of several, or a SWE-bench style "
+        "JSONL file. Importing again updates; it never duplicates."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("path", type=Path)
+        parser.add_argument(
+            "--repos",
+            type=Path,
+            help="SWE-bench: folder of local clones "
+            "(owner__name, owner/name or name); default BOLTZ_SWEBENCH_REPOS",
+        )
+        parser.add_argument(
+            "--image", default="", help="SWE-bench: the image (default: the default sandbox image)"
+        )
+        parser.add_argument(
+            "--test-cmd",
+            default="",
+            help="SWE-bench: the check command; {files} becomes the test files the row names",
+        )
+
+    def handle(self, *args, path, repos, image, test_cmd, **options):
+        if not path.exists():
+            raise CommandError(f"{path} does not exist")
+        try:
+            report = import_path(path, repos_dir=repos, image=image, test_cmd=test_cmd)
+        except TaskInvalid as exc:
+            raise CommandError(f"{exc.field}: {exc.message}") from None
+        for line in report.lines():
+            self.stdout.write(line)
+        if report.refused and not (report.created or report.updated):
+            raise CommandError("nothing was imported")
