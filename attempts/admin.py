@@ -31,6 +31,23 @@ class RunAttemptsForm(forms.Form):
     count = forms.IntegerField(min_value=1, max_value=100, initial=1)
 
 
+class ImportForm(forms.Form):
+    upload = forms.FileField(
+        label="Tasks", help_text="A zip of Boltz task directories, or a SWE-bench style JSONL file."
+    )
+    repos = forms.CharField(
+        required=False,
+        label="Local clones folder (SWE-bench)",
+        help_text="On the server: owner__name, owner/name or name folders.",
+    )
+    image = forms.CharField(required=False, help_text="SWE-bench: default the sandbox image.")
+    test_cmd = forms.CharField(
+        required=False,
+        label="Test command (SWE-bench)",
+        help_text="{files} becomes the test files a row names.",
+    )
+
+
 class ExportForm(forms.Form):
     format = forms.ChoiceField(choices=[(f, f) for f in FORMATS])
     outcome = forms.ChoiceField(choices=[("", "any outcome"), *Outcome.choices], required=False)
@@ -83,6 +100,58 @@ class TaskAdmin(admin.ModelAdmin):
         ),
         ("Validation", {"fields": ["validation", "validation_note", "validation_links"]}),
     ]
+
+    change_list_template = "admin/attempts/task_changelist.html"
+
+    def get_urls(self):
+        from django.urls import path
+
+        return [
+            path(
+                "import/", self.admin_site.admin_view(self.import_view), name="attempts_task_import"
+            ),
+            *super().get_urls(),
+        ]
+
+    def import_view(self, request):
+        """Upload tasks to import; the report says what was created, updated and refused."""
+        import tempfile
+        from pathlib import Path
+
+        from django.conf import settings
+
+        from .importers import import_path
+
+        if not self.has_add_permission(request):
+            from django.core.exceptions import PermissionDenied
+
+            raise PermissionDenied
+        form = ImportForm(request.POST or None, request.FILES or None)
+        report = None
+        if request.method == "POST" and form.is_valid():
+            upload = form.cleaned_data["upload"]
+            if upload.size > settings.BOLTZ_MAX_UPLOAD_BYTES:
+                form.add_error("upload", "larger than BOLTZ_MAX_UPLOAD_BYTES")
+            else:
+                suffix = ".jsonl" if upload.name.endswith((".jsonl", ".json")) else ".zip"
+                name = Path(upload.name).stem.replace("/", "_")[:80] or "upload"
+                with tempfile.TemporaryDirectory(dir=settings.DATA_DIR) as scratch:
+                    target = Path(scratch) / f"{name}{suffix}"
+                    with target.open("wb") as out:
+                        for chunk in upload.chunks():
+                            out.write(chunk)
+                    repos = form.cleaned_data["repos"]
+                    report = import_path(
+                        target,
+                        repos_dir=Path(repos) if repos else None,
+                        image=form.cleaned_data["image"],
+                        test_cmd=form.cleaned_data["test_cmd"],
+                    ).lines()
+        return render(
+            request,
+            "admin/attempts/task_import.html",
+            {"form": form, "report": report, "opts": self.model._meta, "title": "Import tasks"},
+        )
 
     def get_actions(self, request):
         actions = super().get_actions(request)

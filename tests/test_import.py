@@ -111,3 +111,17 @@ def test_a_harbor_directory_is_refused_with_the_reason(docker_ready, tmp_path):
     with pytest.raises(CommandError, match="nothing was imported"):
         call_command("import_tasks", str(harbor), stdout=out)
     assert "Harbor / Terminal-Bench task directories are not supported yet" in out.getvalue()
+
+
+def test_admin_upload_imports_and_reports(admin_client, docker_ready, repos_dir):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    rows = (DATA / "rows.jsonl").read_bytes()
+    response = admin_client.post(
+        "/admin/attempts/task/import/",
+        {"upload": SimpleUploadedFile("rows.jsonl", rows), "repos": str(repos_dir)},
+    )
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "created acme__calc-1" in html and "refused rows.jsonl:2: line 2 is not JSON" in html
+    assert Task.objects.filter(slug="acme__calc-1").exists()
