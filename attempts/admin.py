@@ -160,12 +160,11 @@ class TaskAdmin(admin.ModelAdmin):
 
     @admin.display(description="validation")
     def validation_mark(self, task):
+        """valid / invalid (which half failed, linked to its attempts) / not yet validated."""
         label = task.get_validation_display()
-        if task.validation == "invalid":
+        if task.validation in ("valid", "invalid"):
             return format_html(
-                '<span title="{}">invalid: {}</span>',
-                task.validation_note,
-                task.validation_note[:120],
+                "{}: {} ({})", label, task.validation_note[:160], self.validation_links(task)
             )
         return label
 

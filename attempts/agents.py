@@ -58,7 +58,7 @@ def validate_agent(task: Task, agent: str, command: str = "") -> None:
         raise TaskInvalid(
             "agent", f"{agent!r} is not an agent; choose one of {', '.join(BUILTIN_AGENTS)}"
         )
-    if agent == "reference" and not task.reference_patch.strip():
+    if agent == "reference" and not (task.reference_patch.strip() or task.reference_script.strip()):
         raise TaskInvalid("agent", f"task {task.slug} has no reference patch to apply")
     if agent == "command" and not command.strip():
         raise TaskInvalid("command", "the command agent needs a command to run")
@@ -70,6 +70,16 @@ def plan_for(attempt: Attempt) -> AgentPlan:
     task = attempt.task
     if attempt.agent == "noop":
         return AgentPlan("noop: does nothing")
+    if (
+        attempt.agent == "reference"
+        and not task.reference_patch.strip()
+        and task.reference_script.strip()
+    ):
+        return AgentPlan(
+            "reference: runs the task's reference script",
+            command=f"bash {AGENT_DIR}/solve.sh",
+            files={"solve.sh": task.reference_script.encode()},
+        )
     if attempt.agent == "reference":
         if not task.reference_patch.strip():
             raise TaskInvalid("agent", f"task {task.slug} has no reference patch to apply")

@@ -26,6 +26,11 @@ class Task(models.Model):
     check_files = models.BinaryField(blank=True, default=b"", editable=False)
     check_file_paths = models.JSONField(default=list, blank=True)
     reference_patch = models.TextField(blank=True)
+    reference_script = models.TextField(
+        blank=True,
+        help_text="A shell script that solves the task (Harbor's solve.sh), run by "
+        "the reference agent when there is no reference patch.",
+    )
 
     setup_timeout = models.FloatField(default=600)
     agent_timeout = models.FloatField(default=600)

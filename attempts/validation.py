@@ -15,7 +15,7 @@ def task_validate(*, task: Task, by: str) -> Task:
     Running it again replaces the mark."""
     from .services import attempt_create
 
-    if not task.reference_patch.strip():
+    if not (task.reference_patch.strip() or task.reference_script.strip()):
         Task.objects.filter(pk=task.pk).update(
             validation="invalid",
             validation_reference=None,

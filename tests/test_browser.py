@@ -211,3 +211,52 @@ def test_untrusted_content_never_runs_in_the_page(page, live_server, worker, loa
     assert page.locator(f"text={evil_name}").count() >= 1
     assert page.locator("text=<script>window.__xss=5</script>").count() == 1  # the commit
     assert page.dialogs == []
+
+
+@pytest.mark.timeout(240)
+def test_an_admin_creates_a_task_from_an_archive_and_validates_it(
+    page, live_server, worker, tmp_path
+):
+    from attempts.models import Task, WorkerHost
+    from tests.conftest import EXAMPLES
+
+    wait_until(lambda: WorkerHost.objects.exists(), what="the worker to report its images")
+    archive = tmp_path / "calc.zip"
+    with zipfile.ZipFile(archive, "w") as bundle:
+        for path in (EXAMPLES / "fix-add" / "repo").rglob("*"):
+            if path.is_file():
+                bundle.write(path, f"calc/{path.relative_to(EXAMPLES / 'fix-add' / 'repo')}")
+    check = tmp_path / "test_calc.py"
+    check.write_bytes((EXAMPLES / "fix-add" / "check" / "tests" / "test_calc.py").read_bytes())
+    patch = (EXAMPLES / "fix-add" / "solution.patch").read_text()
+
+    page.goto(live_server.url + "/admin/attempts/task/add/")
+    page.fill("#id_slug", "from-archive")
+    page.fill("#id_title", "Made in the admin")
+    page.fill("#id_instruction", "Fix add() in calc.py.")
+    page.set_input_files("#id_repo_archive", str(archive))
+    page.fill("#id_check_command", "python3 -m pytest -q -p no:cacheprovider test_calc.py")
+    page.set_input_files("#id_check_uploads", str(check))
+    page.fill("#id_reference_patch", patch)
+    shot(page, "30-admin-add-task")
+    page.click("input[name=_save]")
+    page.wait_for_selector("#result_list")
+    shot(page, "31-admin-task-list")
+    task = Task.objects.get(slug="from-archive")
+    assert task.check_file_paths == ["test_calc.py"]
+
+    page.check(f"input[name=_selected_action][value='{task.pk}']")
+    page.select_option("select[name=action]", "validate")
+    page.click("button[name=index]")
+    page.wait_for_selector("text=Validating 1 task(s)")
+    deadline = time.monotonic() + 90
+    while Task.objects.get(pk=task.pk).validation != "valid":
+        assert Task.objects.get(pk=task.pk).validation in ("running", "valid"), Task.objects.get(
+            pk=task.pk
+        ).validation_note
+        assert time.monotonic() < deadline, "validation did not finish"
+        time.sleep(0.5)
+    page.reload()
+    row = page.locator("#result_list tr", has_text="from-archive")
+    assert "valid" in row.inner_text() and "invalid" not in row.inner_text()
+    shot(page, "32-admin-task-valid")
