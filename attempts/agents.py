@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from django.core.files.storage import default_storage
-
 from .errors import TaskInvalid
 from .models import Agent, Attempt, Task
+from .storage import read_stored
 
 AGENT_DIR = "/tmp/boltz/agent"
 BUILTIN_AGENTS = ("noop", "reference", "command")
@@ -45,10 +44,7 @@ def resolve_agent(
         raise TaskInvalid("agent", f"{agent!r} is not an agent; choose one of {names}")
     if command.strip() or files:
         raise TaskInvalid("command", f"the saved agent {agent} brings its own command and files")
-    stored = {}
-    for entry in saved.files:
-        with default_storage.open(entry["storage"], "rb") as handle:
-            stored[entry["name"]] = handle.read()
+    stored = read_stored(saved.files)
     env = {str(k): str(v) for k, v in (saved.environment or {}).items()}
     return AgentChoice(saved.name, saved.command, stored, env)
 
@@ -89,9 +85,6 @@ def plan_for(attempt: Attempt) -> AgentPlan:
             files={"reference.patch": task.reference_patch.encode()},
         )
     if attempt.agent_command:  # the command agent, or a saved agent resolved to its command
-        files = {}
-        for entry in attempt.agent_files:
-            with default_storage.open(entry["storage"], "rb") as handle:
-                files[entry["name"]] = handle.read()
+        files = read_stored(attempt.agent_files)
         return AgentPlan(f"command: {attempt.agent_command}", attempt.agent_command, files)
     raise TaskInvalid("agent", f"{attempt.agent!r} is not an agent Boltz can run")

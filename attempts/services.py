@@ -27,6 +27,7 @@ from .models import (
     Status,
     Task,
 )
+from .storage import read_stored
 from .timeline import Timeline
 from .validation import refresh_validation
 
@@ -165,10 +166,7 @@ def attempt_cancel(*, attempt: Attempt, by: str) -> bool:
 def attempt_rerun(*, attempt: Attempt, by: str) -> Attempt:
     """A new attempt at the same task with the same agent, command and files."""
     if attempt.agent in agents.BUILTIN_AGENTS:
-        files = {}
-        for entry in attempt.agent_files:
-            with default_storage.open(entry["storage"], "rb") as handle:
-                files[entry["name"]] = handle.read()
+        files = read_stored(attempt.agent_files)
         new = attempt_create(
             task=attempt.task, agent=attempt.agent, command=attempt.agent_command, files=files
         )

@@ -32,3 +32,12 @@ def iter_file(name: str, chunk_size: int = 1024 * 1024):
     with default_storage.open(name, "rb") as handle:
         while chunk := handle.read(chunk_size):
             yield chunk
+
+
+def read_stored(entries: list[dict]) -> dict[str, bytes]:
+    """Stored files listed as [{name, storage}] (agent files), read back as name -> bytes."""
+    files = {}
+    for entry in entries:
+        with default_storage.open(entry["storage"], "rb") as handle:
+            files[entry["name"]] = handle.read()
+    return files

@@ -217,13 +217,12 @@ def test_untrusted_content_never_runs_in_the_page(page, live_server, worker, loa
 def test_an_admin_creates_a_task_from_an_archive_and_validates_it(
     page, live_server, worker, tmp_path
 ):
-    from attempts.models import Task, WorkerHost
-    from tests.conftest import EXAMPLES
-
     from django.conf import settings
 
+    from attempts.models import Task, WorkerHost
     from attempts.services import host_queue
     from attempts.tasks import reap_host
+    from tests.conftest import EXAMPLES
 
     # Workers report their images as they start and at each reaper run; the test database
     # was flushed since this session's worker started, so ask it again.
