@@ -13,7 +13,7 @@ from . import auth, services
 from .agents import BUILTIN_AGENTS
 from .deletion import attempt_delete, sandbox_delete
 from .errors import TaskInvalid
-from .models import Attempt, Task
+from .models import Agent, Attempt, Task
 
 MAX_START = 100
 
@@ -55,13 +55,15 @@ def start_attempts(request, slug):
     task = get_object_or_404(Task, slug=slug)
     agent = request.POST.get("agent", "")
     command = request.POST.get("command", "").strip() if agent == "command" else ""
+    known = agent in BUILTIN_AGENTS or Agent.objects.filter(name=agent).exists()
     try:
         count = int(request.POST.get("count", "1"))
     except ValueError:
         count = 0
-    if not 1 <= count <= MAX_START or agent not in BUILTIN_AGENTS:
+    if not 1 <= count <= MAX_START or not known:
         return HttpResponseBadRequest(
-            f"choose an agent ({', '.join(BUILTIN_AGENTS)}) and 1 to {MAX_START} attempts",
+            f"choose an agent ({', '.join(BUILTIN_AGENTS)} or a saved one) and 1 to "
+            f"{MAX_START} attempts",
             content_type="text/plain",
         )
     if not _confirmed(request):

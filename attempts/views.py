@@ -14,7 +14,7 @@ from django.shortcuts import get_object_or_404, render
 from . import auth, diffview, services
 from .bundle import bundle_filename
 from .datasets import FORMATS
-from .models import DONE_STATUSES, Attempt, AuditEntry, EventKind, Outcome, Task
+from .models import DONE_STATUSES, Agent, Attempt, AuditEntry, EventKind, Outcome, Task
 from .presenters import timeline_items
 from .selectors import latest_checks, plot_points, task_rows, test_grid
 
@@ -79,6 +79,7 @@ def task_detail(request, slug):
             "plot": plot_points(task),
             "formats": FORMATS,
             "outcomes": Outcome.choices,
+            "saved_agents": list(Agent.objects.values_list("name", flat=True)),
             "agents": sorted(set(task.attempts.values_list("agent", flat=True).distinct())),
             "numbers": list(
                 task.attempts.order_by("-number").values_list("number", flat=True)[:200]

@@ -314,3 +314,20 @@ def test_query_counts_stay_small_for_big_tasks_and_timelines(
     with django_assert_max_num_queries(12):
         response = admin_client.get(f"/attempts/{big.pk}/")
     assert response.status_code == 200 and b'id="ev-5000"' in response.content
+
+
+def test_the_start_form_offers_saved_agents_and_starts_them(admin_client, monkeypatch):
+    from attempts.models import Agent
+
+    task = make_task()
+    Agent.objects.create(name="my-agent", command="echo hi")
+    html = admin_client.get("/tasks/fix-add/").content.decode()
+    assert '<option value="my-agent">my-agent (saved)</option>' in html
+    monkeypatch.setattr("attempts.services.attempt_enqueue", lambda **kw: None)  # no worker here
+    response = admin_client.post("/tasks/fix-add/start/", {"agent": "my-agent", "count": 2,
+                                                            "confirm": "yes"})
+    assert response.status_code == 302
+    assert list(task.attempts.values_list("agent", "agent_command")) == [
+        ("my-agent", "echo hi"), ("my-agent", "echo hi")]
+    bad = admin_client.post("/tasks/fix-add/start/", {"agent": "nobody", "count": 1})
+    assert bad.status_code == 400
