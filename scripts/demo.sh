@@ -27,8 +27,9 @@ $PY manage.py load_task examples/*/
 stop worker
 nohup $PY manage.py run_worker > "$RUN/worker.log" 2>&1 &
 echo $! > "$RUN/worker.pid"
-for _ in $(seq 1 60); do grep -q " ready." "$RUN/worker.log" && break; sleep 0.5; done
-grep -q " ready." "$RUN/worker.log" || { echo "boltz: the worker did not start; see $RUN/worker.log" >&2; exit 1; }
+ready() { [ "$(grep -c ' ready\.' "$RUN/worker.log")" -ge 2 ]; }  # both workers of the host
+for _ in $(seq 1 60); do ready && break; sleep 0.5; done
+ready || { echo "boltz: the workers did not start; see $RUN/worker.log" >&2; exit 1; }
 echo "boltz: worker running (log: $RUN/worker.log)"
 
 stop beat

@@ -117,7 +117,7 @@ def run_worker(*, queue: str, host: str, capacity: int, env: dict[str, str] | No
         )
     try:
         deadline = time.monotonic() + 60
-        while b" ready." not in log_path.read_bytes():
+        while log_path.read_bytes().count(b" ready.") < 2:  # both workers of the host
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"the Celery worker did not start:\n{log_path.read_text()[-3000:]}")
             time.sleep(0.2)

@@ -47,3 +47,29 @@ def test_an_unreachable_docker_daemon_is_an_infrastructure_error(
     assert attempt.sandbox_state == SandboxState.NONE
     assert attempt.checks.count() == 0
     assert attempt.events.filter(kind=EventKind.ERROR, data__infrastructure=True).count() == 1
+
+
+def test_host_operations_do_not_wait_behind_running_attempts(
+    django_db_setup, docker_ready, redis_ready, load_example, settings
+):
+    from attempts.deletion import sandbox_delete
+    from attempts.services import attempt_cancel
+    from tests.conftest import containers_of, wait_until
+
+    queue = f"busy-{uuid.uuid4().hex[:8]}"
+    settings.BOLTZ_QUEUE = queue  # host queues are named after it: <queue>.host.<host>
+    task = load_example("fix-add")
+    with run_worker(queue=queue, host="busy-host", capacity=1):
+        done = wait_finished([attempt_create(task=task, agent="noop", queue=queue)])[0]
+        busy = attempt_create(task=task, agent="command", command="echo go; sleep 60", queue=queue)
+        wait_until(lambda: busy.events.filter(kind=EventKind.OUTPUT).exists(), what="busy")
+        sandbox_delete(attempt=done, by="tester")
+        wait_until(
+            lambda: not containers_of(done.pk),
+            timeout=15,
+            what="the delete while the host is at capacity",
+        )
+        busy.refresh_from_db()
+        assert busy.status == "running"  # it was still going: the delete did not wait for it
+        attempt_cancel(attempt=busy, by="tester")
+        wait_finished([busy], timeout=30)

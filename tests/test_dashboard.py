@@ -324,10 +324,13 @@ def test_the_start_form_offers_saved_agents_and_starts_them(admin_client, monkey
     html = admin_client.get("/tasks/fix-add/").content.decode()
     assert '<option value="my-agent">my-agent (saved)</option>' in html
     monkeypatch.setattr("attempts.services.attempt_enqueue", lambda **kw: None)  # no worker here
-    response = admin_client.post("/tasks/fix-add/start/", {"agent": "my-agent", "count": 2,
-                                                            "confirm": "yes"})
+    response = admin_client.post(
+        "/tasks/fix-add/start/", {"agent": "my-agent", "count": 2, "confirm": "yes"}
+    )
     assert response.status_code == 302
     assert list(task.attempts.values_list("agent", "agent_command")) == [
-        ("my-agent", "echo hi"), ("my-agent", "echo hi")]
+        ("my-agent", "echo hi"),
+        ("my-agent", "echo hi"),
+    ]
     bad = admin_client.post("/tasks/fix-add/start/", {"agent": "nobody", "count": 1})
     assert bad.status_code == 400

@@ -1,39 +1,72 @@
 import os
+import signal
+import subprocess
+import sys
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from attempts.services import host_queue
 
-from ._common import exec_celery
-
 
 class Command(BaseCommand):
     help = (
-        "Start this Docker host's Celery worker: it consumes the shared attempts queue and the "
-        "host's own queue, with BOLTZ_MAX_SANDBOXES processes (its capacity)."
+        "Start this Docker host's workers: one consumes the shared attempts queue with "
+        "BOLTZ_MAX_SANDBOXES processes (the host's capacity); a second, of one process, "
+        "consumes the host's own queue (deletes, re-checks, the reaper), so those never wait "
+        "behind running attempts. Stopping this command stops both."
     )
 
     def add_arguments(self, parser):
         parser.add_argument("--loglevel", default="info")
 
     def handle(self, *args, loglevel, **options):
-        queues = f"{settings.BOLTZ_QUEUE},{host_queue(settings.BOLTZ_HOST)}"
-        self.stdout.write(
-            f"worker for host {settings.BOLTZ_HOST}: queues {queues}, "
-            f"capacity {settings.BOLTZ_MAX_SANDBOXES}"
-        )
-        exec_celery(
+        host, capacity = settings.BOLTZ_HOST, settings.BOLTZ_MAX_SANDBOXES
+        base = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "boltz_web",
             "worker",
-            "-Q",
-            queues,
-            "-c",
-            str(settings.BOLTZ_MAX_SANDBOXES),
-            "-n",
-            f"boltz-{os.getpid()}@{settings.BOLTZ_HOST}",
             "-l",
             loglevel,
             # Workers find their work in Redis; they need not talk to each other.
             "--without-mingle",
             "--without-gossip",
+        ]
+        workers = {
+            "attempts": [
+                *base,
+                "-Q",
+                settings.BOLTZ_QUEUE,
+                "-c",
+                str(capacity),
+                "-n",
+                f"attempts-{os.getpid()}@{host}",
+            ],
+            "host": [*base, "-Q", host_queue(host), "-c", "1", "-n", f"host-{os.getpid()}@{host}"],
+        }
+        self.stdout.write(
+            f"workers for host {host}: queue {settings.BOLTZ_QUEUE} with capacity "
+            f"{capacity}; queue {host_queue(host)} for host operations"
         )
+        self.stdout.flush()
+        children = [subprocess.Popen(argv) for argv in workers.values()]
+
+        def stop(signum, _frame):
+            for child in children:
+                if child.poll() is None:
+                    child.send_signal(signum)
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, stop)
+        # When either worker ends, stop the other: the host is only whole with both.
+        while all(child.poll() is None for child in children):
+            try:
+                os.wait()
+            except ChildProcessError:
+                break
+        stop(signal.SIGTERM, None)
+        for child in children:
+            child.wait()
