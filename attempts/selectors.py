@@ -73,7 +73,7 @@ def task_rows(*, search: str = "", sort: str = "slug") -> list[dict]:
         n_active=Count("attempts", filter=~Q(attempts__status__in=DONE_STATUSES)),
         mean_score=Avg("attempts__score", filter=scored),
         last_activity=Max("attempts__created_at"),
-    ).only("slug", "title")
+    ).only("slug", "title", "validation", "validation_note")
     if search:
         tasks = tasks.filter(Q(slug__icontains=search) | Q(title__icontains=search))
     rows = []

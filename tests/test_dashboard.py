@@ -334,3 +334,13 @@ def test_the_start_form_offers_saved_agents_and_starts_them(admin_client, monkey
     ]
     bad = admin_client.post("/tasks/fix-add/start/", {"agent": "nobody", "count": 1})
     assert bad.status_code == 400
+
+
+def test_task_pages_show_the_validation_mark(admin_client):
+    make_task(
+        validation="invalid",
+        validation_note="noop passed (#2): the check passes without any change",
+    )
+    assert "invalid</span>" in admin_client.get("/").content.decode()
+    html = admin_client.get("/tasks/fix-add/").content.decode()
+    assert "noop passed (#2): the check passes without any change" in html
