@@ -8,6 +8,7 @@ from pathlib import Path
 
 from django import forms
 from django.conf import settings
+from django.utils.html import format_html, format_html_join
 from django.utils.text import slugify
 
 from . import repos
@@ -33,6 +34,20 @@ class MultipleFileField(forms.FileField):
         if isinstance(data, list | tuple):
             return [single(d, initial) for d in data]
         return [single(data, initial)] if data else []
+
+
+class DatalistInput(forms.TextInput):
+    """A text input offering choices (the images the worker hosts have) while allowing any."""
+
+    def __init__(self, options=(), attrs=None):
+        super().__init__(attrs)
+        self.options = list(options)
+
+    def render(self, name, value, attrs=None, renderer=None):
+        attrs = {**(attrs or {}), "list": f"{name}-choices"}
+        field = super().render(name, value, attrs, renderer)
+        options = format_html_join("", '<option value="{}">', ((o,) for o in self.options))
+        return format_html('{}<datalist id="{}-choices">{}</datalist>', field, name, options)
 
 
 def _too_big(upload) -> bool:
@@ -90,6 +105,7 @@ class TaskAdminForm(forms.ModelForm):
         self.fields["reference_patch"].strip = False  # a patch's last newline matters
         self.fields["base_ref"].help_text = "Branch, tag or commit; stored as the commit it names."
         images = known_images()
+        self.fields["image"].widget = DatalistInput(images, attrs={"size": 40})
         self.fields["image"].help_text = (
             f"Empty: {settings.BOLTZ_DEFAULT_IMAGE}. On the worker hosts: "
             + (", ".join(images) if images else "no worker has reported its images yet")

@@ -217,3 +217,8 @@ def test_admin_lists_attempts_read_only_with_dashboard_links(admin_client, db):
     html = admin_client.get("/admin/attempts/attempt/").content.decode()
     assert f'href="/attempts/{attempt.pk}/"' in html
     assert admin_client.get("/admin/attempts/attempt/add/").status_code == 403
+
+
+def test_the_image_field_offers_the_hosts_images(admin_client, host_images):
+    html = admin_client.get("/admin/attempts/task/add/").content.decode()
+    assert 'list="image-choices"' in html and '<option value="other:1">' in html
