@@ -28,6 +28,8 @@ stop:
 	scripts/demo.sh stop
 
 test: install services image
+	scripts/services.sh browser
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest
 
 # The pipeline and page tests again, on PostgreSQL (SQLite is the default everywhere else).
