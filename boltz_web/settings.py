@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import socket
 from pathlib import Path
 
@@ -143,7 +144,10 @@ BOLTZ_SANDBOX_RETENTION = env_seconds("BOLTZ_SANDBOX_RETENTION", "7d")
 BOLTZ_REPO_CACHE = DATA_DIR / "repos"
 # Names this installation's containers (and labels them), so a test run and a demo on the same
 # Docker host never touch each other's sandboxes.
-BOLTZ_INSTANCE = env_str("BOLTZ_INSTANCE", "boltz")
+# The default is named after the data folder: two checkouts on one Docker host never share it.
+BOLTZ_INSTANCE = env_str(
+    "BOLTZ_INSTANCE", "boltz-" + hashlib.sha256(str(DATA_DIR).encode()).hexdigest()[:8]
+)
 BOLTZ_SANDBOX_NETWORK = env_str("BOLTZ_SANDBOX_NETWORK", "bridge")
 CELERY_WORKER_CONCURRENCY = BOLTZ_MAX_SANDBOXES
 # Room past an attempt's own stage limits before the reaper calls its worker lost.
