@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from .models import Actor, Attempt, AuditEntry, EventKind, SandboxState, Task
+from .models import Attempt, AuditEntry, SandboxState, Task
 from .storage import delete_tree
 from .timeline import Timeline
 
@@ -29,13 +29,8 @@ def record_audit(
         details=details,
     )
     if attempt is not None and Attempt.objects.filter(pk=attempt.pk).exists():
-        Timeline(attempt.pk).add(
-            EventKind.LIFECYCLE,
-            actor=Actor.REVIEWER,
-            action=action,
-            by=actor,
-            message=f"{entry.get_action_display()} by {actor}",
-            **details,
+        Timeline(attempt.pk).reviewer(
+            action, actor, f"{entry.get_action_display()} by {actor}", **details
         )
     return entry
 

@@ -19,7 +19,6 @@ from .timeline import Timeline
 
 log = logging.getLogger(__name__)
 RETENTION = "retention"
-REAPER = "reaper"
 
 
 def apply_retention(now=None) -> dict:

@@ -61,9 +61,10 @@ git -c core.hooksPath=/dev/null -c core.fsmonitor=false read-tree "$1"
 git -c core.hooksPath=/dev/null -c core.fsmonitor=false add --all
 git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c core.quotepath=false \
     -c diff.noprefix=false -c diff.external= diff --cached --binary --no-color --no-ext-diff -M "$1"
-git ls-files -z > /tmp/.boltz-files
+rm -rf /tmp/.boltz-meta && mkdir -p /tmp/.boltz-meta
+git ls-files -z > /tmp/.boltz-meta/files
 git -c core.hooksPath=/dev/null log -z --max-count=200 --format='%H%x09%an%x09%s' "$1"..HEAD \
-    > /tmp/.boltz-commits 2>/dev/null || true
+    > /tmp/.boltz-meta/commits 2>/dev/null || true
 """
 
 _CLEAR_FOR_CHECK = r"""
@@ -377,8 +378,8 @@ class AttemptRunner:
 
     def snapshot_workspace(self) -> None:
         """Keep the agent's final files (those the diff covers) as workspace.tar.gz."""
-        listing = self.sandbox.read_files("/tmp/.boltz-files", max_bytes=64 * 1024 * 1024)
-        names = next(iter(listing.values()), b"")
+        meta = self.sandbox.read_files("/tmp/.boltz-meta", max_bytes=64 * 1024 * 1024)
+        names = meta.get("files", b"")
         keep = {n.decode("utf-8", errors="surrogateescape") for n in names.split(b"\0") if n}
         stream = self.sandbox.get_archive("/workspace")
         if stream is None:
@@ -393,9 +394,7 @@ class AttemptRunner:
             out.seek(0)
             name = default_storage.save(self._storage_name("workspace.tar.gz"), File(out))
         commits = []
-        for raw in next(
-            iter(self.sandbox.read_files("/tmp/.boltz-commits", max_bytes=1 << 20).values()), b""
-        ).split(b"\0"):
+        for raw in meta.get("commits", b"")[: 1 << 20].split(b"\0"):
             parts = raw.decode("utf-8", errors="replace").strip("\n").split("\t", 2)
             if len(parts) == 3:
                 commits.append(
@@ -414,12 +413,8 @@ class AttemptRunner:
     def check(self, *, requested_by: str = "") -> CheckResult:
         task = self.task
         if requested_by:
-            self.timeline.add(
-                EventKind.LIFECYCLE,
-                actor=Actor.REVIEWER,
-                action="recheck",
-                by=requested_by,
-                message=f"re-check of the same files by {requested_by}",
+            self.timeline.reviewer(
+                "recheck", requested_by, f"re-check of the same files by {requested_by}"
             )
         else:
             self._status(

@@ -101,9 +101,9 @@ def task_rows(*, search: str = "", sort: str = "slug") -> list[dict]:
 def latest_checks(attempt_ids) -> dict[int, CheckResult]:
     """The last check of each attempt (one query)."""
     latest: dict[int, CheckResult] = {}
-    for check in CheckResult.objects.filter(attempt_id__in=attempt_ids).order_by(
-        "created_at", "pk"
-    ):
+    # Pages need the counts, not every check's output and report: those load when read.
+    checks = CheckResult.objects.filter(attempt_id__in=attempt_ids).defer("output", "junit_xml")
+    for check in checks.order_by("created_at", "pk"):
         latest[check.attempt_id] = check
     return latest
 

@@ -137,13 +137,8 @@ def attempt_cancel(*, attempt: Attempt, by: str) -> bool:
             cancel_requested_by=by,
             failure_reason=f"cancelled by {by} before it started",
         ):
-            Timeline(attempt.pk).add(
-                EventKind.LIFECYCLE,
-                actor=Actor.REVIEWER,
-                action="cancel",
-                by=by,
-                status=Status.CANCELLED,
-                message=f"cancelled by {by} before it started",
+            Timeline(attempt.pk).reviewer(
+                "cancel", by, f"cancelled by {by} before it started", status=Status.CANCELLED
             )
             refresh_validation(attempt.task_id)
             return True
@@ -153,13 +148,7 @@ def attempt_cancel(*, attempt: Attempt, by: str) -> bool:
             .update(cancel_requested_at=now, cancel_requested_by=by)
         )
         if updated:
-            Timeline(attempt.pk).add(
-                EventKind.LIFECYCLE,
-                actor=Actor.REVIEWER,
-                action="cancel",
-                by=by,
-                message=f"cancel requested by {by}",
-            )
+            Timeline(attempt.pk).reviewer("cancel", by, f"cancel requested by {by}")
     return bool(updated)
 
 
@@ -173,13 +162,7 @@ def attempt_rerun(*, attempt: Attempt, by: str) -> Attempt:
     else:  # a saved agent: as it is saved now
         new = attempt_create(task=attempt.task, agent=attempt.agent)
     Attempt.objects.filter(pk=new.pk).update(rerun_of=attempt)
-    Timeline(new.pk).add(
-        EventKind.LIFECYCLE,
-        actor=Actor.REVIEWER,
-        action="rerun",
-        by=by,
-        message=f"re-run of #{attempt.number} by {by}",
-    )
+    Timeline(new.pk).reviewer("rerun", by, f"re-run of #{attempt.number} by {by}")
     return new
 
 

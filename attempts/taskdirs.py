@@ -117,9 +117,7 @@ def read_task_dir(directory: Path) -> dict:
         else:  # plain files: they become a repository with one commit
             if "ref" in repo and ref not in ("HEAD", "main"):
                 raise TaskInvalid("repository.ref", "a plain folder has only HEAD (main)")
-            target = settings.DATA_DIR / "task-repos" / slug
-            repos.commit_folder(path, target)
-            repo_url = str(target)
+            repo_url = repos.repository_from_folder(path, slug)
     try:
         base_commit = repos.resolve_ref(repo_url, ref)
     except TaskInvalid as exc:

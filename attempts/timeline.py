@@ -48,3 +48,11 @@ class Timeline:
             self._next = seq + 1
             return event
         raise RuntimeError(f"could not append to the timeline of attempt {self.attempt_id}")
+
+    def reviewer(self, action: str, by: str, message: str, **data) -> Event:
+        """An action a person took on the attempt (cancel, re-run, re-check, export, delete)."""
+        from .models import EventKind
+
+        return self.add(
+            EventKind.LIFECYCLE, actor=Actor.REVIEWER, action=action, by=by, message=message, **data
+        )

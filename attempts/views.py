@@ -124,12 +124,11 @@ def attempt_detail(request, pk):
         if kind:
             events = events.filter(kind=kind)
         events = list(events)
-        start = (
-            events[0].time
-            if events and not kind
-            else (attempt.events.order_by("seq").values_list("time", flat=True).first())
-        )
-        last = attempt.events.order_by("-seq").values_list("seq", flat=True).first() or 0
+        if events and not kind:  # the whole timeline is here: no need to ask again
+            start, last = events[0].time, events[-1].seq
+        else:
+            start = attempt.events.order_by("seq").values_list("time", flat=True).first()
+            last = attempt.events.order_by("-seq").values_list("seq", flat=True).first() or 0
         context.update(
             {
                 "items": timeline_items(events, start),

@@ -155,6 +155,21 @@ def wait_finished(attempts, timeout: float = 90):
         time.sleep(0.2)
 
 
+def new_task(slug: str = "t", **fields):
+    """A task row for tests that run no attempt (no real repository behind it)."""
+    from attempts.models import Task
+
+    values = {
+        "title": slug,
+        "instruction": "x",
+        "repo_url": "/r",
+        "base_commit": "a" * 40,
+        "check_command": "true",
+        **fields,
+    }
+    return Task.objects.create(slug=slug, **values)
+
+
 def wait_until(predicate, timeout: float = 40, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():

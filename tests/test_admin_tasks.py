@@ -14,7 +14,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from attempts.models import Agent, Outcome, Task, WorkerHost
 from attempts.services import attempt_create
 from attempts.validation import task_validate
-from tests.conftest import EXAMPLES, wait_finished, wait_until
+from tests.conftest import EXAMPLES, new_task, wait_finished, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker]
 
@@ -210,9 +210,7 @@ def test_a_saved_agent_runs_by_name_with_its_files_and_environment(worker, load_
 def test_admin_lists_attempts_read_only_with_dashboard_links(admin_client, db):
     from attempts.models import Attempt
 
-    task = Task.objects.create(
-        slug="t", instruction="x", repo_url="/r", base_commit="a" * 40, check_command="true"
-    )
+    task = new_task()
     attempt = Attempt.objects.create(task=task, number=1, agent="noop")
     html = admin_client.get("/admin/attempts/attempt/").content.decode()
     assert f'href="/attempts/{attempt.pk}/"' in html

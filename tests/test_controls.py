@@ -6,7 +6,7 @@ import pytest
 
 from attempts.models import Attempt, EventKind, Outcome, SandboxState, Status
 from attempts.services import attempt_cancel, attempt_create, attempt_recheck, attempt_rerun
-from tests.conftest import containers_of, wait_finished, wait_until
+from tests.conftest import containers_of, new_task, wait_finished, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]
 
@@ -21,11 +21,8 @@ FLAKY_CHECK = (
 
 
 def test_cancelling_a_queued_attempt_ends_it_at_once(db):
-    from attempts.models import Task
 
-    task = Task.objects.create(
-        slug="t", instruction="x", repo_url="/r", base_commit="a" * 40, check_command="true"
-    )
+    task = new_task()
     attempt = Attempt.objects.create(task=task, number=1, agent="noop")
     assert attempt_cancel(attempt=attempt, by="erin") is True
     attempt.refresh_from_db()

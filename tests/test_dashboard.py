@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from attempts.models import Attempt, CheckResult, Event, Task, TestOutcome
 from attempts.selectors import pass_at_k
+from tests.conftest import new_task
 
 pytestmark = pytest.mark.django_db
 
@@ -24,15 +25,7 @@ index 8e0d4ff..6119934 100644
 
 
 def make_task(slug="fix-add", **kw) -> Task:
-    return Task.objects.create(
-        slug=slug,
-        title=kw.pop("title", slug),
-        instruction="Fix it.",
-        repo_url="/r",
-        base_commit="a" * 40,
-        check_command="pytest",
-        **kw,
-    )
+    return new_task(slug, instruction="Fix it.", check_command="pytest", **kw)
 
 
 def make_attempt(task, number, outcome="passed", score=None, **kw) -> Attempt:

@@ -9,20 +9,15 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from attempts.models import Attempt, AuditEntry, Event, Task
+from attempts.models import Attempt, AuditEntry, Event
+from tests.conftest import new_task
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def task():
-    task = Task.objects.create(
-        slug="t",
-        instruction="Fix add().",
-        repo_url="/r",
-        base_commit="a" * 40,
-        check_command="true",
-    )
+    task = new_task(instruction="Fix add().")
     solved = Attempt.objects.create(
         task=task, number=1, agent="command", status="finished", outcome="passed", score=1.0
     )

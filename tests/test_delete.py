@@ -21,7 +21,7 @@ from attempts.models import (
     Task,
 )
 from attempts.services import attempt_create
-from tests.conftest import containers_of, wait_finished, wait_until
+from tests.conftest import containers_of, new_task, wait_finished, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]
 
@@ -142,9 +142,7 @@ def test_unknown_attempt_delete_page_is_404(db, admin_client):
 
 
 def test_delete_needs_permission_and_post(db, client, django_user_model, load_example):
-    task = Task.objects.create(
-        slug="t", instruction="x", repo_url="/r", base_commit="a" * 40, check_command="true"
-    )
+    task = new_task()
     attempt = Attempt.objects.create(task=task, number=1, agent="noop")
     django_user_model.objects.create_user("viewer", password="pw")
     client.login(username="viewer", password="pw")

@@ -3,20 +3,15 @@
 import pytest
 from django.utils import timezone
 
-from attempts.models import Attempt, Event, Task
+from attempts.models import Attempt, Event
+from tests.conftest import new_task
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def attempt():
-    task = Task.objects.create(
-        slug="t",
-        instruction="do <b>it</b>",
-        repo_url="/r",
-        base_commit="a" * 40,
-        check_command="true",
-    )
+    task = new_task(instruction="do <b>it</b>")
     attempt = Attempt.objects.create(
         task=task,
         number=1,

@@ -28,6 +28,16 @@ def parse_date(value: str | None, option: str) -> datetime | None:
     return parsed if parsed.tzinfo else timezone.make_aware(parsed, UTC)
 
 
+def task_or_error(slug: str):
+    """The task with this slug, or a CommandError naming it."""
+    from attempts.models import Task
+
+    task = Task.objects.filter(slug=slug).first()
+    if task is None:
+        raise CommandError(f"no task {slug!r}; load one with `manage.py load_task DIR`")
+    return task
+
+
 def open_output(path: str):
     """A binary file to write to ('-' is standard output)."""
     import sys

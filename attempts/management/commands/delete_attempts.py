@@ -3,9 +3,9 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from attempts.deletion import attempt_delete, sandbox_delete, task_delete
-from attempts.models import Attempt, Outcome, SandboxState, Status, Task
+from attempts.models import Attempt, Outcome, SandboxState, Status
 
-from ._common import cli_actor, parse_date
+from ._common import cli_actor, parse_date, task_or_error
 
 
 class Command(BaseCommand):
@@ -64,9 +64,7 @@ class Command(BaseCommand):
             attempts = attempts.filter(pk__in=ids)
         task_obj = None
         if task:
-            task_obj = Task.objects.filter(slug=task).first()
-            if task_obj is None:
-                raise CommandError(f"no task {task!r}")
+            task_obj = task_or_error(task)
             attempts = attempts.filter(task=task_obj)
         attempts = attempts.filter(**{k: v for k, v in filters.items() if v})
         if before:

@@ -1,10 +1,10 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
 from attempts.datasets import FORMATS
-from attempts.models import Outcome, Task
+from attempts.models import Outcome
 from attempts.services import task_export
 
-from ._common import cli_actor, open_output, parse_date
+from ._common import cli_actor, open_output, parse_date, task_or_error
 
 
 class Command(BaseCommand):
@@ -20,9 +20,7 @@ class Command(BaseCommand):
         parser.add_argument("-o", "--output", required=True, help="file to write, or -")
 
     def handle(self, *args, task, format, outcome, agent, since, until, output, **options):
-        task_obj = Task.objects.filter(slug=task).first()
-        if task_obj is None:
-            raise CommandError(f"no task {task!r}")
+        task_obj = task_or_error(task)
         lines = task_export(
             task=task_obj,
             fmt=format,

@@ -5,9 +5,11 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from attempts.errors import TaskInvalid
-from attempts.models import Attempt, Task
+from attempts.models import Attempt
 from attempts.selectors import attempts_summary
 from attempts.services import attempt_create
+
+from ._common import task_or_error
 
 
 class Command(BaseCommand):
@@ -35,9 +37,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, task, agent, command, files, n, no_wait, timeout, **options):
-        task_obj = Task.objects.filter(slug=task).first()
-        if task_obj is None:
-            raise CommandError(f"no task {task!r}; load one with `manage.py load_task DIR`")
+        task_obj = task_or_error(task)
         if n < 1:
             raise CommandError("-n must be at least 1")
         uploads = {}
