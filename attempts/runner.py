@@ -690,6 +690,7 @@ def recheck_attempt(attempt_id: int, *, by: str) -> None:
     runner.sandbox = Sandbox(attempt.container_id)
     try:
         runner.sandbox.start()
+        runner._set(sandbox_state=SandboxState.LIVE)  # the page shows it running again
         runner.check(requested_by=by)
     except (InfrastructureError, AttemptStopped) as exc:
         reason = getattr(exc, "reason", str(exc))

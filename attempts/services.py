@@ -172,6 +172,8 @@ def attempt_recheck(*, attempt: Attempt, by: str) -> None:
 
     if attempt.status not in DONE_STATUSES:
         raise TaskInvalid("attempt", "a re-check waits until the attempt has finished")
+    if attempt.sandbox_state == SandboxState.LIVE and not attempt.sandbox_deleted_at:
+        raise TaskInvalid("attempt", "a re-check is already running; wait for its result")
     if (
         attempt.sandbox_deleted_at
         or attempt.sandbox_state != SandboxState.STOPPED

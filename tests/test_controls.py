@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from attempts.errors import TaskInvalid
 from attempts.models import Attempt, EventKind, Outcome, SandboxState, Status
 from attempts.services import attempt_cancel, attempt_create, attempt_recheck, attempt_rerun
 from tests.conftest import containers_of, new_task, wait_finished, wait_until
@@ -12,7 +13,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytes
 
 # A check whose first run passes both tests and whose re-runs fail one: flaky on purpose.
 FLAKY_CHECK = (
-    "if [ -e /tmp/checked-once ]; then b='<failure message=\"flaky\"/>'; else b=''; fi; "
+    "if [ -e /tmp/checked-once ]; then b='<failure message=\"flaky\"/>'; sleep 2; else b=''; fi; "
     "touch /tmp/checked-once; "
     'printf \'<testsuite><testcase classname="t" name="stable"/>'
     '<testcase classname="t" name="shaky">%s</testcase></testsuite>\' "$b" '
@@ -69,6 +70,12 @@ def test_recheck_keeps_both_results_and_flags_the_tests_that_flipped(worker, loa
     attempt = wait_finished([attempt_create(task=task, agent="noop")])[0]
     assert attempt.outcome == Outcome.PASSED
     attempt_recheck(attempt=attempt, by="hana")
+    wait_until(
+        lambda: Attempt.objects.get(pk=attempt.pk).sandbox_state == SandboxState.LIVE,
+        what="the sandbox to run again",
+    )
+    with pytest.raises(TaskInvalid, match="already running"):
+        attempt_recheck(attempt=Attempt.objects.get(pk=attempt.pk), by="hana")
     wait_until(lambda: attempt.checks.count() == 2, what="the re-check")
     first, second = attempt.checks.order_by("pk")
     assert first.passed is True and second.passed is False
@@ -84,7 +91,6 @@ def test_recheck_keeps_both_results_and_flags_the_tests_that_flipped(worker, loa
 
 def test_recheck_needs_the_sandbox(worker, load_example):
     from attempts.deletion import sandbox_delete
-    from attempts.errors import TaskInvalid
 
     task = load_example("fix-add")
     attempt = wait_finished([attempt_create(task=task, agent="noop")])[0]
