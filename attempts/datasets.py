@@ -84,6 +84,7 @@ def agent_steps(attempt: Attempt) -> list[dict]:
                     "command": data.get("command", ""),
                     "exit_code": data.get("exit_code"),
                     "timed_out": bool(data.get("timed_out")),
+                    "stopped": data.get("stopped") or "",
                     "duration": data.get("duration"),
                     "output": _output_text(data),
                     "truncated": bool(
@@ -136,7 +137,12 @@ def sft_line(attempt: Attempt) -> dict:
                 ],
             }
         )
-        status = "timed out" if step["timed_out"] else f"exit code {step['exit_code']}"
+        if step["stopped"]:
+            status = f"stopped: {step['stopped']}"
+        elif step["timed_out"]:
+            status = "timed out"
+        else:
+            status = f"exit code {step['exit_code']}"
         messages.append(
             {"role": "tool", "tool_call_id": call_id, "content": f"[{status}]\n{step['output']}"}
         )

@@ -57,11 +57,13 @@ def _details(attempt_id: int, kind: str, data: dict) -> str:
             return f'{command} <span class="muted">(limit {data.get("timeout", 0):g}s)</span>'
         exit_code = data.get("exit_code")
         tone = "ok" if exit_code == 0 else "bad"
-        badge = (
-            '<span class="badge outcome-agent_timeout">timed out</span>'
-            if data.get("timed_out")
-            else f'<span class="badge {tone}">exit {escape(str(exit_code))}</span>'
-        )
+        if data.get("stopped"):
+            stopped = escape(data["stopped"])
+            badge = f'<span class="badge outcome-cancelled">stopped: {stopped}</span>'
+        elif data.get("timed_out"):
+            badge = '<span class="badge outcome-agent_timeout">timed out</span>'
+        else:
+            badge = f'<span class="badge {tone}">exit {escape(str(exit_code))}</span>'
         return (
             f"{command} {badge}"
             + _stream(attempt_id, "stdout", data.get("stdout") or {})

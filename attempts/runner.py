@@ -235,9 +235,20 @@ class AttemptRunner:
                 if time.monotonic() - self._last_stop_check >= STOP_CHECK_SECONDS:
                     self._stop_if_asked()  # raises to end the command at once
 
-            result = self.sandbox.exec(
-                argv, timeout=timeout, on_output=on_output, on_tick=on_tick, environment=environment
-            )
+            began = time.monotonic()
+            stopped = None
+            try:
+                result = self.sandbox.exec(
+                    argv,
+                    timeout=timeout,
+                    on_output=on_output,
+                    on_tick=on_tick,
+                    environment=environment,
+                )
+            except AttemptStopped as exc:
+                # Cancelled mid-command: the output so far and the end still belong in the record.
+                stopped = exc
+                result = ExecResult(None, False, time.monotonic() - began)
             if live:
                 flush()
             raw_names = {}
@@ -256,10 +267,13 @@ class AttemptRunner:
             exit_code=result.exit_code,
             timed_out=result.timed_out,
             killed_by_host=result.killed_by_host,
+            stopped=stopped.reason if stopped else "",
             duration=round(result.duration, 3),
             stdout={**run.stdout.summary(), "raw": raw_names.get("stdout", "")},
             stderr={**run.stderr.summary(), "raw": raw_names.get("stderr", "")},
         )
+        if stopped is not None:
+            raise stopped
         return run
 
     # --- stages ------------------------------------------------------------------------------

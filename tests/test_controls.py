@@ -44,6 +44,10 @@ def test_cancelling_a_running_attempt_stops_its_process_and_container(worker, lo
     assert attempt.sandbox_state == SandboxState.STOPPED  # kept for review, not running
     (container,) = containers_of(attempt.pk)
     assert container["status"] == "exited"
+    # The command the cancel cut short still has its end, with the output it printed.
+    (end,) = attempt.events.filter(kind=EventKind.EXEC, data__step="agent", data__phase="end")
+    assert end.data["stopped"] == "cancelled by frank" and end.data["exit_code"] is None
+    assert end.data["stdout"]["head"].startswith("go")
 
 
 def test_rerun_makes_a_new_attempt_with_the_same_agent(worker, load_example):

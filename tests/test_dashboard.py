@@ -128,6 +128,21 @@ def test_attempt_page_header_shows_infrastructure_errors_apart(admin_client):
     assert "start: Docker daemon unreachable" in html
 
 
+def test_timeline_marks_a_command_a_cancel_stopped(admin_client):
+    attempt = make_attempt(make_task(), 1, "cancelled", status="cancelled")
+    end = {"phase": "end", "command": "sleep 300", "exec": 1, "exit_code": None}
+    Event.objects.create(
+        attempt=attempt,
+        seq=1,
+        kind="exec",
+        actor="agent",
+        data={**end, "stopped": "cancelled by <b>x"},
+    )
+    html = admin_client.get(f"/attempts/{attempt.pk}/").content.decode()
+    assert "stopped: cancelled by &lt;b&gt;x</span>" in html
+    assert "exit None" not in html
+
+
 def test_changes_view_is_side_by_side_and_check_view_lists_tests(admin_client):
     task = make_task()
     attempt = make_attempt(task, 1, diff=DIFF)

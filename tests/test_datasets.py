@@ -96,6 +96,17 @@ def test_sft_is_an_openai_chat_with_tool_calls_and_results(task, tmp_path):
     assert "pytest" not in json.dumps(line["messages"])
 
 
+def test_sft_says_when_a_cancel_stopped_a_command(task, tmp_path):
+    cancelled = Attempt.objects.create(
+        task=task, number=4, agent="command", status="cancelled", outcome="cancelled"
+    )
+    end = {"phase": "end", "command": "sleep 300", "exec": 1, "exit_code": None}
+    end |= {"stopped": "cancelled by erin", "stdout": {"head": "go\n", "tail": ""}}
+    Event.objects.create(attempt=cancelled, seq=1, kind="exec", actor="agent", data=end)
+    (line,) = export(tmp_path, "--format", "sft", "--outcome", "cancelled")
+    assert line["messages"][-1]["content"] == "[stopped: cancelled by erin]\ngo\n"
+
+
 def test_rl_masks_infrastructure_errors_instead_of_rewarding_zero(task, tmp_path):
     lines = {r["number"]: r for r in export(tmp_path, "--format", "rl")}
     assert (lines[1]["reward"], lines[1]["mask"]) == (1.0, False)
