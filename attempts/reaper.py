@@ -7,6 +7,7 @@ import logging
 from datetime import timedelta
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -90,8 +91,11 @@ def mark_lost(attempt: Attempt) -> bool:
 
 
 def _mark_removed(attempt_id: int, why: str) -> None:
-    if Attempt.objects.filter(pk=attempt_id).update(sandbox_state=SandboxState.DELETED):
-        Timeline(attempt_id).add(EventKind.LIFECYCLE, message=f"reaper removed the sandbox: {why}")
+    with transaction.atomic():  # the state and the event that explains it land together
+        if Attempt.objects.filter(pk=attempt_id).update(sandbox_state=SandboxState.DELETED):
+            Timeline(attempt_id).add(
+                EventKind.LIFECYCLE, message=f"reaper removed the sandbox: {why}"
+            )
 
 
 def reap_host(host: str | None = None, now=None) -> dict:

@@ -584,22 +584,23 @@ class AttemptRunner:
             self.timeline.add(EventKind.ERROR, message=reason, infrastructure=True)
         self.timings["total"] = round(time.monotonic() - began, 3)
         status = Status.CANCELLED if outcome == Outcome.CANCELLED else Status.FINISHED
-        self._set(
-            status=status,
-            outcome=outcome,
-            failure_reason=reason,
-            score=score,
-            finished_at=timezone.now(),
-            timings=self.timings,
-        )
-        self.timeline.add(
-            EventKind.LIFECYCLE,
-            status=status,
-            outcome=outcome,
-            score=score,
-            reason=reason,
-            message=f"{status}: {outcome}",
-        )
+        with transaction.atomic():  # whoever sees the final status also sees its event
+            self._set(
+                status=status,
+                outcome=outcome,
+                failure_reason=reason,
+                score=score,
+                finished_at=timezone.now(),
+                timings=self.timings,
+            )
+            self.timeline.add(
+                EventKind.LIFECYCLE,
+                status=status,
+                outcome=outcome,
+                score=score,
+                reason=reason,
+                message=f"{status}: {outcome}",
+            )
         refresh_validation(self.task.pk)
 
     def _stopped_reason(self) -> str:
@@ -649,22 +650,24 @@ def run_attempt(attempt_id: int, *, host: str) -> bool:
 def mark_infra_error(attempt_id: int, reason: str, *, expected_status: str = Status.QUEUED) -> bool:
     """End an attempt that no worker is running (still `expected_status`) as an
     infrastructure error with `reason`. A compare-and-set: False if its status moved on."""
-    updated = Attempt.objects.filter(pk=attempt_id, status=expected_status).update(
-        status=Status.FINISHED,
-        outcome=Outcome.INFRA_ERROR,
-        failure_reason=reason,
-        finished_at=timezone.now(),
-    )
-    if updated:
-        timeline = Timeline(attempt_id)
-        timeline.add(EventKind.ERROR, message=reason, infrastructure=True)
-        timeline.add(
-            EventKind.LIFECYCLE,
+    with transaction.atomic():  # the final status and its events land together
+        updated = Attempt.objects.filter(pk=attempt_id, status=expected_status).update(
             status=Status.FINISHED,
             outcome=Outcome.INFRA_ERROR,
-            reason=reason,
-            message=f"finished: {Outcome.INFRA_ERROR}",
+            failure_reason=reason,
+            finished_at=timezone.now(),
         )
+        if updated:
+            timeline = Timeline(attempt_id)
+            timeline.add(EventKind.ERROR, message=reason, infrastructure=True)
+            timeline.add(
+                EventKind.LIFECYCLE,
+                status=Status.FINISHED,
+                outcome=Outcome.INFRA_ERROR,
+                reason=reason,
+                message=f"finished: {Outcome.INFRA_ERROR}",
+            )
+    if updated:
         task_id = Attempt.objects.filter(pk=attempt_id).values_list("task_id", flat=True).first()
         if task_id:
             refresh_validation(task_id)
@@ -704,7 +707,6 @@ def recheck_attempt(attempt_id: int, *, by: str) -> None:
     runner.sandbox = Sandbox(attempt.container_id)
     try:
         runner.sandbox.start()
-        runner._set(sandbox_state=SandboxState.LIVE)  # the page shows it running again
         runner.check(requested_by=by)
     except (InfrastructureError, AttemptStopped) as exc:
         reason = getattr(exc, "reason", str(exc))

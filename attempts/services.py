@@ -172,13 +172,17 @@ def attempt_recheck(*, attempt: Attempt, by: str) -> None:
 
     if attempt.status not in DONE_STATUSES:
         raise TaskInvalid("attempt", "a re-check waits until the attempt has finished")
-    if attempt.sandbox_state == SandboxState.LIVE and not attempt.sandbox_deleted_at:
-        raise TaskInvalid("attempt", "a re-check is already running; wait for its result")
-    if (
-        attempt.sandbox_deleted_at
-        or attempt.sandbox_state != SandboxState.STOPPED
-        or not attempt.host
-    ):
+    if not attempt.host or not attempt.container_id:
         raise TaskInvalid("attempt", "its sandbox is gone, and a re-check needs its files")
+    # Claim the kept sandbox (stopped -> live) so a second request is refused at once.
+    claimed = Attempt.objects.filter(
+        pk=attempt.pk, sandbox_state=SandboxState.STOPPED, sandbox_deleted_at__isnull=True
+    ).update(sandbox_state=SandboxState.LIVE)
+    if not claimed:
+        attempt.refresh_from_db(fields=["sandbox_state", "sandbox_deleted_at"])
+        if attempt.sandbox_state == SandboxState.LIVE and not attempt.sandbox_deleted_at:
+            raise TaskInvalid("attempt", "a re-check is already running; wait for its result")
+        raise TaskInvalid("attempt", "its sandbox is gone, and a re-check needs its files")
+    attempt.sandbox_state = SandboxState.LIVE
     queue = host_queue(attempt.host)
     transaction.on_commit(lambda: recheck_attempt.apply_async(args=[attempt.pk, by], queue=queue))

@@ -168,7 +168,7 @@ def test_validation_marks_a_good_task_valid_and_a_broken_one_invalid(worker, loa
     good.refresh_from_db()
     assert good.validation == "running"
     wait_until(
-        lambda: Task.objects.get(pk=good.pk).validation != "running", timeout=60, what="validation"
+        lambda: Task.objects.get(pk=good.pk).validation != "running", timeout=120, what="validation"
     )
     good.refresh_from_db()
     assert good.validation == "valid" and "reference passed" in good.validation_note
@@ -176,7 +176,7 @@ def test_validation_marks_a_good_task_valid_and_a_broken_one_invalid(worker, loa
     lax = load_example("text-utils", check_command="true")
     task_validate(task=lax, by="admin")
     wait_until(
-        lambda: Task.objects.get(pk=lax.pk).validation != "running", timeout=60, what="validation"
+        lambda: Task.objects.get(pk=lax.pk).validation != "running", timeout=120, what="validation"
     )
     lax.refresh_from_db()
     assert lax.validation == "invalid" and "noop passed" in lax.validation_note

@@ -109,7 +109,7 @@ def test_a_reviewer_works_through_the_ui(page, live_server, worker, load_example
 
     # Timeline, changes (side by side) and check of attempt 1.
     page.click("#attempt-1 a")
-    page.wait_for_selector("ol.timeline li.ev")
+    page.wait_for_selector("ol.timeline li.ev.kind-check")
     assert page.locator("li.ev.kind-check").count() == 1
     shot(page, "05-attempt-timeline")
     page.click("nav.tabs a:has-text('Changes')")
@@ -117,7 +117,7 @@ def test_a_reviewer_works_through_the_ui(page, live_server, worker, load_example
     assert page.locator("table.sbs td.add mark").first.inner_text() == "+"
     shot(page, "06-attempt-changes")
     page.click("nav.tabs a:has-text('Check')")
-    assert page.locator("section.check .outcome-passed").count() >= 1
+    page.wait_for_selector("section.check .outcome-passed")
     shot(page, "07-attempt-check")
 
     # Export: the bundle downloads.

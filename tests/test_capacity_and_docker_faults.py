@@ -66,7 +66,7 @@ def test_host_operations_do_not_wait_behind_running_attempts(
         sandbox_delete(attempt=done, by="tester")
         wait_until(
             lambda: not containers_of(done.pk),
-            timeout=15,
+            timeout=30,  # well inside the busy attempt's 60 s: the delete did not queue behind it
             what="the delete while the host is at capacity",
         )
         busy.refresh_from_db()

@@ -81,6 +81,8 @@ def test_recheck_keeps_both_results_and_flags_the_tests_that_flipped(worker, loa
     with pytest.raises(TaskInvalid, match="already running"):
         attempt_recheck(attempt=Attempt.objects.get(pk=attempt.pk), by="hana")
     wait_until(lambda: attempt.checks.count() == 2, what="the re-check")
+    requested = attempt.events.get(actor="reviewer", data__action="recheck")
+    assert requested.data["message"] == "re-check of the same files by hana"
     first, second = attempt.checks.order_by("pk")
     assert first.passed is True and second.passed is False
     assert second.requested_by == "hana" and second.outcome_changed is True

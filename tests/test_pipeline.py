@@ -219,7 +219,7 @@ def test_container_removed_mid_run_is_an_infrastructure_error(worker, load_examp
 
     task = load_example("fix-add")
     attempt = attempt_create(task=task, agent="command", command="echo started; sleep 60")
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while not Event.objects.filter(attempt=attempt, kind=EventKind.OUTPUT).exists():
         assert time.monotonic() < deadline, "the agent never started"
         time.sleep(0.1)

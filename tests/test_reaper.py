@@ -31,7 +31,7 @@ def test_a_worker_killed_mid_attempt_is_marked_and_its_container_reaped(
     django_db_setup, docker_ready, redis_ready, load_example
 ):
     queue, host = f"lost-{uuid.uuid4().hex[:8]}", f"lost-host-{uuid.uuid4().hex[:4]}"
-    task = load_example("fix-add", agent_timeout=3, check_timeout=2, setup_timeout=1)
+    task = load_example("fix-add", agent_timeout=10, check_timeout=2, setup_timeout=1)
     env = {"BOLTZ_DEADLINE_MARGIN": "1"}
     with run_worker(queue=queue, host=host, capacity=1, env=env) as proc:
         attempt = attempt_create(
@@ -46,6 +46,7 @@ def test_a_worker_killed_mid_attempt_is_marked_and_its_container_reaped(
     assert attempt.status == Status.RUNNING and len(containers_of(attempt.pk)) == 1
     wait_until(
         lambda: timezone.now() > Attempt.objects.get(pk=attempt.pk).deadline_at,
+        timeout=60,
         what="the deadline to pass",
     )
     # A new worker on the same host reaps what its lost predecessor left, as it starts.
@@ -54,7 +55,12 @@ def test_a_worker_killed_mid_attempt_is_marked_and_its_container_reaped(
             lambda: Attempt.objects.get(pk=attempt.pk).status == Status.FINISHED,
             what="the reaper to mark the attempt",
         )
-        wait_until(lambda: not containers_of(attempt.pk), what="the container to go")
+        # The reaper removes the container first, then records it: wait for the record.
+        wait_until(
+            lambda: Attempt.objects.get(pk=attempt.pk).sandbox_state == SandboxState.DELETED,
+            what="the reaper to remove the container",
+        )
+    assert not containers_of(attempt.pk)
     attempt.refresh_from_db()
     assert attempt.outcome == Outcome.INFRA_ERROR and attempt.score is None
     assert attempt.failure_reason.startswith(
@@ -72,12 +78,15 @@ def test_reaper_removes_containers_whose_attempt_is_gone_or_expired(worker, load
     Attempt.objects.filter(pk=orphan.pk).delete()  # behind Boltz's back: no service called
     Attempt.objects.filter(pk=expired.pk).update(finished_at=timezone.now() - timedelta(days=8))
     reap_host.apply_async(args=[settings.BOLTZ_HOST], queue=host_queue(settings.BOLTZ_HOST))
+    # The reaper may first clear containers earlier tests left; give it time.
+    wait_until(lambda: not containers_of(orphan.pk), timeout=90, what="the orphan's container")
     wait_until(
-        lambda: not containers_of(orphan.pk) and not containers_of(expired.pk), what="the reaper"
+        lambda: Attempt.objects.get(pk=expired.pk).sandbox_state == SandboxState.DELETED,
+        timeout=90,
+        what="the expired sandbox to be recorded as deleted",
     )
-    assert len(containers_of(kept.pk)) == 1
-    expired.refresh_from_db()
-    assert expired.sandbox_state == SandboxState.DELETED
+    assert not containers_of(expired.pk) and len(containers_of(kept.pk)) == 1
+    assert "past its retention" in Attempt.objects.get(pk=expired.pk).events.last().data["message"]
     assert "past its retention" in expired.events.last().data["message"]
 
 

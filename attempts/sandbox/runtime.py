@@ -391,12 +391,18 @@ class Sandbox:
         duration = time.monotonic() - started
         if reader_error:
             exc = reader_error[0]
+            if isinstance(exc, docker.errors.NotFound):
+                self.ensure_running()  # says the container is gone or stopped, and why
             if isinstance(
                 exc, docker.errors.DockerException | requests.exceptions.RequestException
             ):
                 raise _translate(exc)
             raise InfrastructureError(f"reading command output failed: {exc!r}")
-        exit_code = api.exec_inspect(exec_id).get("ExitCode")
+        try:
+            exit_code = api.exec_inspect(exec_id).get("ExitCode")
+        except docker.errors.NotFound:
+            self.ensure_running()  # the container went with its exec: say so, the same way
+            raise
         if not killed_by_host:
             if exit_code is None or exit_code >= 128:
                 time.sleep(0.3)  # a container being killed may still say it runs for a moment
