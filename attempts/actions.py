@@ -13,7 +13,8 @@ from . import auth, services
 from .agents import BUILTIN_AGENTS
 from .deletion import attempt_delete, sandbox_delete
 from .errors import TaskInvalid
-from .models import Agent, Attempt, Task
+from .models import Agent, Task
+from .selectors import attempt_or_404
 
 MAX_START = 100
 
@@ -42,10 +43,6 @@ def _confirm(
 
 def _confirmed(request) -> bool:
     return request.POST.get("confirm") == "yes"
-
-
-def _attempt(pk) -> Attempt:
-    return get_object_or_404(Attempt.objects.select_related("task"), pk=pk)
 
 
 @login_required
@@ -91,7 +88,7 @@ def start_attempts(request, slug):
 @permission_required(auth.CONTROL, raise_exception=True)
 @require_POST
 def cancel_attempt(request, pk):
-    attempt = _attempt(pk)
+    attempt = attempt_or_404(pk)
     if not _confirmed(request):
         return _confirm(
             request,
@@ -111,7 +108,7 @@ def cancel_attempt(request, pk):
 @permission_required(auth.CONTROL, raise_exception=True)
 @require_POST
 def rerun_attempt(request, pk):
-    attempt = _attempt(pk)
+    attempt = attempt_or_404(pk)
     if not _confirmed(request):
         return _confirm(
             request,
@@ -133,7 +130,7 @@ def rerun_attempt(request, pk):
 @permission_required(auth.CONTROL, raise_exception=True)
 @require_POST
 def recheck_attempt(request, pk):
-    attempt = _attempt(pk)
+    attempt = attempt_or_404(pk)
     if not _confirmed(request):
         return _confirm(
             request,
@@ -163,7 +160,7 @@ DELETE_LEVELS = {
 @permission_required(auth.DELETE, raise_exception=True)
 @require_POST
 def delete_attempt(request, pk, level):
-    attempt = _attempt(pk)
+    attempt = attempt_or_404(pk)
     if level not in DELETE_LEVELS:
         return HttpResponseBadRequest("level must be sandbox or attempt", content_type="text/plain")
     if not _confirmed(request):

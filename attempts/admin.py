@@ -9,6 +9,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
+from django.db.models import Count
 from django.http import StreamingHttpResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -67,6 +68,18 @@ class TaskAdmin(admin.ModelAdmin):
     )
     search_fields = ("slug", "title")
     list_filter = ("validation",)
+
+    def get_queryset(self, request):
+        # The list shows each task's validation attempts and attempt count: fetch them with
+        # the tasks, not per row (and leave those attempts' diffs in the database).
+        return (
+            super()
+            .get_queryset(request)
+            .select_related("validation_reference", "validation_noop")
+            .defer("validation_reference__diff", "validation_noop__diff")
+            .annotate(attempt_total=Count("attempts"))
+        )
+
     readonly_fields = (
         "base_commit",
         "check_file_list",
@@ -171,7 +184,7 @@ class TaskAdmin(admin.ModelAdmin):
     @admin.display(description="attempts")
     def attempt_count(self, task):
         return format_html(
-            '<a href="{}">{}</a>', reverse("attempts:task", args=[task.slug]), task.attempts.count()
+            '<a href="{}">{}</a>', reverse("attempts:task", args=[task.slug]), task.attempt_total
         )
 
     @admin.display(description="hidden check files")

@@ -32,9 +32,10 @@ def _check_link(name: str, target: str) -> None:
         raise ArchiveRefused(f"{name!r} links to {target!r}, outside the archive's folder")
 
 
-def safe_extract(source: BinaryIO | Path, dest: Path, *, max_bytes: int | None = None) -> Path:
-    """Unpack a zip or tar (any compression) into `dest`. Raises ArchiveRefused."""
-    limit = settings.BOLTZ_MAX_UPLOAD_BYTES if max_bytes is None else max_bytes
+def safe_extract(source: BinaryIO | Path, dest: Path) -> Path:
+    """Unpack a zip or tar (any compression) into `dest`, at most BOLTZ_MAX_UPLOAD_BYTES
+    unpacked. Raises ArchiveRefused."""
+    limit = settings.BOLTZ_MAX_UPLOAD_BYTES
     dest.mkdir(parents=True, exist_ok=True)
     handle = open(source, "rb") if isinstance(source, Path) else source  # noqa: SIM115
     try:

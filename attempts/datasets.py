@@ -13,6 +13,7 @@ from django.db.models import QuerySet
 
 from .bundle import attempt_record
 from .models import Actor, Attempt, EventKind, Outcome
+from .timeline import exec_verdict
 
 FORMATS = ("attempts", "sft", "rl")
 SYSTEM_PROMPT = (
@@ -84,7 +85,7 @@ def agent_steps(attempt: Attempt) -> list[dict]:
                     "command": data.get("command", ""),
                     "exit_code": data.get("exit_code"),
                     "timed_out": bool(data.get("timed_out")),
-                    "stopped": data.get("stopped") or "",
+                    "verdict": exec_verdict(data)[1],
                     "duration": data.get("duration"),
                     "output": _output_text(data),
                     "truncated": bool(
@@ -137,14 +138,12 @@ def sft_line(attempt: Attempt) -> dict:
                 ],
             }
         )
-        if step["stopped"]:
-            status = f"stopped: {step['stopped']}"
-        elif step["timed_out"]:
-            status = "timed out"
-        else:
-            status = f"exit code {step['exit_code']}"
         messages.append(
-            {"role": "tool", "tool_call_id": call_id, "content": f"[{status}]\n{step['output']}"}
+            {
+                "role": "tool",
+                "tool_call_id": call_id,
+                "content": f"[{step['verdict']}]\n{step['output']}",
+            }
         )
     return {"messages": messages, "tools": [SHELL_TOOL], "metadata": _meta(attempt)}
 

@@ -9,6 +9,8 @@ from html import escape
 from django.urls import reverse
 from django.utils.safestring import SafeString, mark_safe
 
+from .timeline import exec_verdict
+
 COLLAPSE_LINES = 6
 
 
@@ -50,20 +52,19 @@ def _stream(attempt_id: int, name: str, info: dict) -> str:
     return _pre(text, stream=name) + note
 
 
+# Badge classes for how a command ended (see timeline.exec_verdict).
+VERDICT_CLASSES = {"stopped": "outcome-cancelled", "timed_out": "outcome-agent_timeout"}
+
+
 def _details(attempt_id: int, kind: str, data: dict) -> str:
     if kind == "exec":
         command = f'<code class="cmd">$ {escape(data.get("command", ""))}</code>'
         if data.get("phase") == "start":
             return f'{command} <span class="muted">(limit {data.get("timeout", 0):g}s)</span>'
-        exit_code = data.get("exit_code")
-        tone = "ok" if exit_code == 0 else "bad"
-        if data.get("stopped"):
-            stopped = escape(data["stopped"])
-            badge = f'<span class="badge outcome-cancelled">stopped: {stopped}</span>'
-        elif data.get("timed_out"):
-            badge = '<span class="badge outcome-agent_timeout">timed out</span>'
-        else:
-            badge = f'<span class="badge {tone}">exit {escape(str(exit_code))}</span>'
+        tone, text = exec_verdict(data)
+        if tone in ("ok", "bad"):
+            text = f"exit {data.get('exit_code')}"  # the badge is short: "exit 0"
+        badge = f'<span class="badge {VERDICT_CLASSES.get(tone, tone)}">{escape(text)}</span>'
         return (
             f"{command} {badge}"
             + _stream(attempt_id, "stdout", data.get("stdout") or {})

@@ -13,7 +13,14 @@ from django.utils import timezone
 
 from .deletion import attempt_delete, sandbox_delete
 from .errors import InfrastructureError
-from .models import ACTIVE_STATUSES, Attempt, EventKind, SandboxState, Status, WorkerHost
+from .models import (
+    ACTIVE_STATUSES,
+    DONE_STATUSES,
+    Attempt,
+    EventKind,
+    SandboxState,
+    WorkerHost,
+)
 from .runner import mark_infra_error
 from .sandbox import runtime
 from .timeline import Timeline
@@ -51,6 +58,7 @@ def known_hosts() -> list[str]:
             Q(status__in=ACTIVE_STATUSES)
             | Q(sandbox_state__in=[SandboxState.LIVE, SandboxState.STOPPED])
         )
+        .order_by("host")
         .values_list("host", flat=True)
         .distinct()
     )
@@ -98,6 +106,13 @@ def _mark_removed(attempt_id: int, why: str) -> None:
             )
 
 
+def _attempt_id(container: dict) -> int | None:
+    try:
+        return int(container["labels"].get(runtime.LABEL_ATTEMPT, ""))
+    except ValueError:
+        return None
+
+
 def reap_host(host: str | None = None, now=None) -> dict:
     """On this worker's host: end attempts whose worker was lost, then remove every Boltz
     container whose attempt is gone, deleted, lost, or past its retention."""
@@ -114,21 +129,17 @@ def reap_host(host: str | None = None, now=None) -> dict:
             _mark_removed(attempt.pk, "its worker was lost")
     cutoff = now - timedelta(seconds=settings.BOLTZ_SANDBOX_RETENTION)
     removed = []
-    for container in runtime.list_sandboxes():
-        try:
-            attempt_id = int(container["labels"].get(runtime.LABEL_ATTEMPT, ""))
-        except ValueError:
-            attempt_id = None
-        attempt = Attempt.objects.filter(pk=attempt_id).first() if attempt_id else None
+    containers = [(c, _attempt_id(c)) for c in runtime.list_sandboxes()]
+    attempts = Attempt.objects.in_bulk([i for _, i in containers if i is not None])
+    for container, attempt_id in containers:
+        attempt = attempts.get(attempt_id)
         why = None
         if attempt is None:
             why = "its attempt no longer exists"
         elif attempt.sandbox_deleted_at or attempt.sandbox_state == SandboxState.DELETED:
             why = "its sandbox was deleted"
         elif (
-            attempt.status in (Status.FINISHED, Status.CANCELLED)
-            and attempt.finished_at
-            and attempt.finished_at < cutoff
+            attempt.status in DONE_STATUSES and attempt.finished_at and attempt.finished_at < cutoff
         ):
             why = "past its retention"
         if why is None:

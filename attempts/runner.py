@@ -207,6 +207,7 @@ class AttemptRunner:
                 ),
             }
             pending = {"stdout": [], "stderr": []}
+            pending_size = {"stdout": 0, "stderr": 0}
             last_flush = [time.monotonic()]
 
             def flush() -> None:
@@ -220,13 +221,15 @@ class AttemptRunner:
                             text="".join(parts),
                         )
                         parts.clear()
+                        pending_size[stream] = 0
                 last_flush[0] = time.monotonic()
 
             def on_output(stream: str, data: bytes) -> None:
                 text = captures[stream].feed(data)
                 if live and text:
                     pending[stream].append(text)
-                    if sum(len(p) for p in pending[stream]) >= LIVE_FLUSH_BYTES:
+                    pending_size[stream] += len(text)
+                    if pending_size[stream] >= LIVE_FLUSH_BYTES:
                         flush()
 
             def on_tick() -> None:
@@ -457,7 +460,7 @@ class AttemptRunner:
             files=files,
             required=task.required_tests,
         )
-        junit = next((d for n, d in sorted(files.items()) if n.endswith(".xml")), b"")
+        junit = next((data for _, data in scoring.junit_files(files)), b"")
         with transaction.atomic():
             result = CheckResult.objects.create(
                 attempt=self.attempt,
@@ -706,8 +709,7 @@ def recheck_attempt(attempt_id: int, *, by: str) -> None:
     runner.rechecking = True
     runner.sandbox = Sandbox(attempt.container_id)
     try:
-        runner.sandbox.start()
-        runner.check(requested_by=by)
+        runner.check(requested_by=by)  # its first step starts the stopped container
     except (InfrastructureError, AttemptStopped) as exc:
         reason = getattr(exc, "reason", str(exc))
         runner.timeline.add(

@@ -140,8 +140,8 @@ def score_check(
     notes: list[str] = []
     if timed_out:
         return Score(False, 0.0, "exit_code", notes=["the check timed out"])
+    junit = junit_files(files)
     if required:
-        junit = _junit_files(files)
         if not junit:
             notes.append("the check wrote no JUnit report, so no required test passed")
         return score_required(_collect_tests(junit, notes), required, notes)
@@ -153,25 +153,22 @@ def score_check(
                 notes.append(f"ignored {exc}")
                 continue
             result.notes = notes
-            junit = _junit_files(files)
             if junit:
                 result.tests = _collect_tests(junit, notes)
             return result
-    junit = _junit_files(files)
     if junit:
-        tests = _collect_tests(junit, notes)
-        counted = [t for t in tests if t.outcome != "skipped"]
-        if counted:
-            passed = sum(1 for t in counted if t.outcome == "passed")
-            return Score(
-                passed == len(counted), passed / len(counted), "junit", tests=tests, notes=notes
-            )
+        junit_score = Score(False, 0.0, "junit", tests=_collect_tests(junit, notes), notes=notes)
+        if junit_score.tests_counted:
+            junit_score.score = junit_score.tests_passed / junit_score.tests_counted
+            junit_score.passed = junit_score.tests_passed == junit_score.tests_counted
+            return junit_score
         notes.append("the JUnit report holds no test that ran; scored by exit code")
     passed = exit_code == 0
     return Score(passed, 1.0 if passed else 0.0, "exit_code", notes=notes)
 
 
-def _junit_files(files: dict[str, bytes]) -> list[tuple[str, bytes]]:
+def junit_files(files: dict[str, bytes]) -> list[tuple[str, bytes]]:
+    """The check's JUnit reports (*.xml in its output folder), in name order."""
     return sorted((n, d) for n, d in files.items() if n.endswith(".xml"))
 
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from math import comb
 
 from django.db.models import Avg, Count, Max, Q, QuerySet
+from django.shortcuts import get_object_or_404
 
 from .models import (
     DONE_STATUSES,
@@ -17,6 +18,13 @@ from .models import (
     Task,
     TestOutcome,
 )
+
+
+def attempt_or_404(pk, *, diff: bool = False) -> Attempt:
+    """One attempt with its task. Its diff (up to BOLTZ_MAX_DIFF_BYTES) is left in the
+    database unless the caller shows it: pages and their polls never carry it for nothing."""
+    attempts = Attempt.objects.select_related("task")
+    return get_object_or_404(attempts if diff else attempts.defer("diff"), pk=pk)
 
 
 def attempts_summary(attempts: QuerySet[Attempt]) -> str:
@@ -113,13 +121,11 @@ def test_grid(attempts: list[Attempt]) -> dict:
     absent), and the tests whose outcome differed between checks of the same files."""
     ids = [a.pk for a in attempts]
     rows = TestOutcome.objects.filter(check_result__attempt_id__in=ids).values_list(
-        "check_result__attempt_id", "check_result_id", "name", "outcome"
+        "check_result__attempt_id", "name", "outcome"
     )
-    last_check: dict[int, int] = {}
     cells: dict[tuple[int, str], str] = {}
     per_attempt: dict[tuple[int, str], set[str]] = {}
-    for attempt_id, check_id, name, outcome in rows.order_by("check_result_id"):
-        last_check[attempt_id] = max(last_check.get(attempt_id, 0), check_id)
+    for attempt_id, name, outcome in rows.order_by("check_result_id"):
         per_attempt.setdefault((attempt_id, name), set()).add(outcome)
         cells[(attempt_id, name)] = outcome  # ordered by check: the last one wins
     names = sorted({name for _, name in cells})

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import tempfile
 import tomllib
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
@@ -37,6 +37,20 @@ _LIMIT_KEYS = {
 }
 
 
+def require_image(image: str, *, field: str = "image", hint: str = "") -> str:
+    """The image a task runs in (empty: the default), refused unless this Docker host has it."""
+    name = image or settings.BOLTZ_DEFAULT_IMAGE
+    if not runtime.image_exists(name):
+        if not hint:
+            hint = (
+                "run `python manage.py build_image`"
+                if name == settings.BOLTZ_DEFAULT_IMAGE
+                else "build or `docker import` it on every worker host"
+            )
+        raise TaskInvalid(field, f"{name} is not on this Docker host ({hint})")
+    return name
+
+
 def _unknown(table: dict, allowed: set[str], where: str) -> None:
     extra = sorted(set(table) - allowed)
     if extra:
@@ -55,13 +69,6 @@ def _limit(limits: dict, key: str, parse, default):
     if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
         raise TaskInvalid(f"limits.{key}", "must be greater than zero")
     return value
-
-
-def _check_paths_safe(paths: list[str]) -> None:
-    for path in paths:
-        pure = PurePosixPath(path)
-        if pure.is_absolute() or ".." in pure.parts:
-            raise TaskInvalid("check_files", f"{path} must stay inside the repository")
 
 
 def read_task_dir(directory: Path) -> dict:
@@ -125,20 +132,12 @@ def read_task_dir(directory: Path) -> dict:
         raise TaskInvalid(field, exc.message) from None
 
     image = str(spec.get("image", ""))
-    image_name = image or settings.BOLTZ_DEFAULT_IMAGE
-    if not runtime.image_exists(image_name):
-        hint = (
-            "run `python manage.py build_image`"
-            if image_name == settings.BOLTZ_DEFAULT_IMAGE
-            else "build or `docker import` it on every worker host"
-        )
-        raise TaskInvalid("image", f"{image_name} is not on this Docker host ({hint})")
+    require_image(image)
 
     check_files, check_paths = b"", []
     check_dir = directory / CHECK_FOLDER
     if check_dir.is_dir():
         check_files, check_paths = repos.tar_folder(check_dir, prefix="workspace/")
-        _check_paths_safe(check_paths)
         if len(check_files) > MAX_CHECK_FILES_BYTES:
             raise TaskInvalid("check_files", f"more than {MAX_CHECK_FILES_BYTES} bytes")
 

@@ -60,13 +60,10 @@ def reap_host(host: str) -> dict:
 
 @worker_ready.connect
 def on_worker_ready(sender=None, **kwargs) -> None:
-    """A (re)started worker registers its host and reaps what a lost predecessor left."""
+    """A (re)started worker reaps what a lost predecessor left; the reap also registers the
+    host (its capacity and images)."""
     from .services import host_queue
 
-    try:
-        reaper.register_host(settings.BOLTZ_HOST, settings.BOLTZ_MAX_SANDBOXES)
-    except Exception:  # noqa: BLE001 - a database hiccup must not stop the worker
-        log.exception("could not register host %s", settings.BOLTZ_HOST)
     reap_host.apply_async(args=[settings.BOLTZ_HOST], queue=host_queue(settings.BOLTZ_HOST))
 
 

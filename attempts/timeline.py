@@ -18,6 +18,17 @@ def clip(text: str, limit: int = MAX_TEXT) -> str:
     return text[:limit] + f"\n[... {len(text) - limit} characters cut from this event ...]"
 
 
+def exec_verdict(data: dict) -> tuple[str, str]:
+    """How an exec-end event ended, as (tone, text): a reviewer stopped it, it timed out, or
+    its exit code. One reading for the timeline page and the exports."""
+    if data.get("stopped"):
+        return "stopped", f"stopped: {data['stopped']}"
+    if data.get("timed_out"):
+        return "timed_out", "timed out"
+    exit_code = data.get("exit_code")
+    return ("ok" if exit_code == 0 else "bad"), f"exit code {exit_code}"
+
+
 class Timeline:
     """Appends events to one attempt's timeline, numbering them 1, 2, 3, ..."""
 

@@ -16,14 +16,10 @@ from .bundle import bundle_filename
 from .datasets import FORMATS
 from .models import DONE_STATUSES, Agent, Attempt, AuditEntry, EventKind, Outcome, Task
 from .presenters import timeline_items
-from .selectors import latest_checks, plot_points, task_rows, test_grid
+from .selectors import attempt_or_404, latest_checks, plot_points, task_rows, test_grid
 
 ATTEMPTS_PER_PAGE = 50
 view_required = permission_required(auth.VIEW, raise_exception=True)
-
-
-def _attempt(pk) -> Attempt:
-    return get_object_or_404(Attempt.objects.select_related("task"), pk=pk)
 
 
 @login_required
@@ -45,7 +41,7 @@ def task_list(request):
 def _task_attempts_context(request, task: Task) -> dict:
     outcome = request.GET.get("outcome", "")
     agent = request.GET.get("agent", "")
-    attempts = task.attempts.order_by("-number")
+    attempts = task.attempts.defer("diff").order_by("-number")
     if outcome:
         attempts = attempts.filter(outcome=outcome)
     if agent:
@@ -80,7 +76,9 @@ def task_detail(request, slug):
             "formats": FORMATS,
             "outcomes": Outcome.choices,
             "saved_agents": list(Agent.objects.values_list("name", flat=True)),
-            "agents": sorted(set(task.attempts.values_list("agent", flat=True).distinct())),
+            "agents": list(
+                task.attempts.order_by("agent").values_list("agent", flat=True).distinct()
+            ),
             "numbers": list(
                 task.attempts.order_by("-number").values_list("number", flat=True)[:200]
             ),
@@ -109,10 +107,10 @@ def _header_context(attempt: Attempt) -> dict:
 @login_required
 @view_required
 def attempt_detail(request, pk):
-    attempt = _attempt(pk)
     view = request.GET.get("view", "timeline")
     if view not in VIEWS:
         view = "timeline"
+    attempt = attempt_or_404(pk, diff=view == "changes")
     context = {
         **_header_context(attempt),
         "view": view,
@@ -148,7 +146,7 @@ def attempt_detail(request, pk):
 @view_required
 def attempt_timeline_partial(request, pk):
     """New events after `after`, the header (out of band), and the next poll if still live."""
-    attempt = _attempt(pk)
+    attempt = attempt_or_404(pk)
     try:
         after = int(request.GET.get("after", 0))
     except ValueError:
@@ -201,7 +199,7 @@ def _changes_context(attempt: Attempt) -> dict:
 @view_required
 def attempt_diff_file(request, pk, index):
     """One file's side-by-side diff, loaded on request (large files, or past the page budget)."""
-    attempt = _attempt(pk)
+    attempt = attempt_or_404(pk, diff=True)
     try:
         files = diffview.split_files(attempt.diff)
     except unidiff.UnidiffParseError:
@@ -219,7 +217,7 @@ def attempt_diff_file(request, pk, index):
 @view_required
 def raw_output(request, pk, name):
     """A command's full raw output, as stored (never rendered as HTML)."""
-    attempt = _attempt(pk)
+    attempt = attempt_or_404(pk)
     if "/" in name or name.startswith("."):
         raise Http404("no such output")
     stored = posixpath.join(f"attempts/{attempt.pk}/outputs", name)
@@ -292,7 +290,7 @@ def compare(request, slug):
 @login_required
 @permission_required(auth.EXPORT, raise_exception=True)
 def attempt_export(request, pk):
-    attempt = _attempt(pk)
+    attempt = attempt_or_404(pk)
     response = StreamingHttpResponse(
         services.attempt_export(attempt=attempt, by=request.user.get_username()),
         content_type="application/zip",

@@ -141,7 +141,7 @@ def test_unknown_attempt_delete_page_is_404(db, admin_client):
     )
 
 
-def test_delete_needs_permission_and_post(db, client, django_user_model, load_example):
+def test_delete_needs_permission_and_post(db, client, django_user_model):
     task = new_task()
     attempt = Attempt.objects.create(task=task, number=1, agent="noop")
     django_user_model.objects.create_user("viewer", password="pw")

@@ -27,7 +27,7 @@ from django.utils.text import slugify
 
 from .. import repos
 from ..errors import TaskInvalid
-from ..sandbox import runtime
+from ..taskdirs import require_image
 from . import ImportItem, guarded
 
 CHECK = "cd /workspace && bash tests/test.sh"
@@ -70,8 +70,7 @@ def task_values(path: Path) -> dict:
             "not set: Boltz runs images the worker "
             "hosts have and does not build environment/Dockerfile",
         )
-    if not runtime.image_exists(image):
-        raise TaskInvalid("environment.docker_image", f"{image} is not on this Docker host")
+    require_image(image, field="environment.docker_image", hint="build it on every worker host")
     tests = path / "tests"
     if not (tests / "test.sh").is_file():
         raise TaskInvalid("tests/test.sh", "missing: it is the task's verifier")

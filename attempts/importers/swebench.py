@@ -19,8 +19,7 @@ from django.utils.text import slugify
 
 from .. import repos
 from ..errors import TaskInvalid
-from ..sandbox import runtime
-from ..taskdirs import check_reference_applies
+from ..taskdirs import check_reference_applies, require_image
 from . import ImportItem, guarded
 
 REQUIRED = (
@@ -109,9 +108,7 @@ def task_values(row: dict, *, repos_dir: Path | None, image: str, test_cmd: str)
         commit = repos.resolve_ref(str(repo_path), str(row["base_commit"]))
     except TaskInvalid as exc:
         raise TaskInvalid("base_commit", exc.message) from None
-    image_name = image or settings.BOLTZ_DEFAULT_IMAGE
-    if not runtime.image_exists(image_name):
-        raise TaskInvalid("image", f"{image_name} is not on this Docker host (use --image)")
+    require_image(image, hint="use --image")
     values = {"repo_url": str(repo_path), "base_commit": commit, "reference_patch": row["patch"]}
     check_reference_applies(values)
     check_files, check_paths = _files_after(str(repo_path), commit, row["test_patch"])

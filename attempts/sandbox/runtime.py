@@ -145,13 +145,7 @@ def list_sandboxes(*, all_hosts: bool = False, any_instance: bool = False) -> li
 @docker_call
 def remove_attempt_containers(attempt_id: int) -> int:
     """Remove every container of this instance on this host made for an attempt."""
-    filters = {
-        "label": [
-            f"{LABEL_ATTEMPT}={attempt_id}",
-            f"{LABEL_INSTANCE}={settings.BOLTZ_INSTANCE}",
-            f"{LABEL_HOST}={settings.BOLTZ_HOST}",
-        ]
-    }
+    filters = {"label": [f"{k}={v}" for k, v in container_labels(attempt_id).items()]}
     removed = 0
     for container in client().api.containers(all=True, filters=filters):
         removed += remove_container(container["Id"])
@@ -162,7 +156,7 @@ def remove_attempt_containers(attempt_id: int) -> int:
 def remove_container(container_id: str) -> bool:
     """Kill and remove a container; True if it existed."""
     try:
-        client().containers.get(container_id).remove(force=True, v=True)
+        client().api.remove_container(container_id, force=True, v=True)
     except docker.errors.NotFound:
         return False
     return True
@@ -210,17 +204,11 @@ class Sandbox:
     @classmethod
     @docker_call
     def create(cls, spec: SandboxSpec) -> Sandbox:
-        docker_client = client()
-        with contextlib.suppress(docker.errors.NotFound):
-            # A stale container of the same name (an earlier delivery of this attempt) goes.
-            docker_client.containers.get(spec.name).remove(force=True, v=True)
-        try:
-            docker_client.images.get(spec.image)
-        except docker.errors.ImageNotFound:
-            raise InfrastructureError(
-                f"image {spec.image!r} is not on host {settings.BOLTZ_HOST}"
-            ) from None
-        container = docker_client.containers.create(
+        # A stale container of the same name (an earlier delivery of this attempt) goes.
+        remove_container(spec.name)
+        if not image_exists(spec.image):
+            raise InfrastructureError(f"image {spec.image!r} is not on host {settings.BOLTZ_HOST}")
+        container = client().containers.create(
             spec.image,
             command=["sleep", "infinity"],
             name=spec.name,
@@ -262,12 +250,11 @@ class Sandbox:
         api.wait(self.id, timeout=30)
         api.start(self.id)
 
-    @docker_call
     def state(self) -> dict:
-        try:
-            return client().api.inspect_container(self.id)["State"]
-        except docker.errors.NotFound:
-            raise SandboxGone(f"container {self.id[:12]} no longer exists") from None
+        info = inspect_container(self.id)
+        if info is None:
+            raise SandboxGone(f"container {self.id[:12]} no longer exists")
+        return info["State"]
 
     def ensure_running(self) -> None:
         state = self.state()
@@ -323,8 +310,6 @@ class Sandbox:
         timeout: float,
         on_output: Callable[[str, bytes], None],
         on_tick: Callable[[], None] | None = None,
-        user: str = f"{SANDBOX_UID}:{SANDBOX_UID}",
-        workdir: str = "/workspace",
         environment: dict[str, str] | None = None,
     ) -> ExecResult:
         """Run a command with a hard timeout, streaming (stream, bytes) to on_output.
@@ -341,8 +326,8 @@ class Sandbox:
             wrapped,
             stdout=True,
             stderr=True,
-            user=user,
-            workdir=workdir,
+            user=f"{SANDBOX_UID}:{SANDBOX_UID}",
+            workdir="/workspace",
             environment=environment or {},
         )["Id"]
         started = time.monotonic()

@@ -5,7 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from attempts.errors import TaskInvalid
-from attempts.models import Attempt
+from attempts.models import DONE_STATUSES, Attempt
 from attempts.selectors import attempts_summary
 from attempts.services import attempt_create
 
@@ -67,9 +67,7 @@ class Command(BaseCommand):
                     self.stderr.write("stopped waiting; the attempts go on in the workers")
                     break
                 time.sleep(0.5)
-                now_done = Attempt.objects.filter(
-                    pk__in=ids, status__in=("finished", "cancelled")
-                ).count()
+                now_done = Attempt.objects.filter(pk__in=ids, status__in=DONE_STATUSES).count()
                 bar.update(now_done - done)
                 done = now_done
         self.stdout.write(attempts_summary(Attempt.objects.filter(pk__in=ids)))
