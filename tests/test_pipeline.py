@@ -232,6 +232,7 @@ def test_container_removed_mid_run_is_an_infrastructure_error(worker, load_examp
     assert attempt.failure_reason.startswith(("work:", "diff:"))
     assert "no longer exists" in attempt.failure_reason or "not running" in attempt.failure_reason
     assert attempt.events.filter(kind=EventKind.ERROR, data__infrastructure=True).exists()
+    assert attempt.sandbox_state == SandboxState.DELETED  # not "stopped and kept": it is gone
 
 
 def test_setup_runs_before_the_agent_and_a_reward_file_decides_the_score(worker, load_example):

@@ -235,8 +235,8 @@ class Sandbox:
 
     @docker_call
     def stop(self, timeout: int = 2) -> None:
-        with contextlib.suppress(docker.errors.NotFound):
-            client().api.stop(self.id, timeout=timeout)
+        """Stop and keep the container. Raises SandboxGone if it no longer exists."""
+        client().api.stop(self.id, timeout=timeout)
 
     def remove(self) -> None:
         remove_container(self.id)
