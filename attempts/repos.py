@@ -7,6 +7,7 @@ needs network: its /workspace arrives as a tar archive made here.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -21,7 +22,8 @@ from django.conf import settings
 
 from .errors import TaskInvalid
 
-SHA_RE = re.compile(r"^[0-9a-f]{7,64}$")
+# A full commit id (SHA-1 or SHA-256): it names one commit forever.
+FULL_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 # Fixed identity and dates, so a folder committed twice gives the same commit id.
 _COMMIT_ENV = {
     "GIT_AUTHOR_NAME": "Boltz",
@@ -99,11 +101,21 @@ def resolve_ref(url: str, ref: str) -> str:
     ref = ref or "HEAD"
     if ref.startswith("-"):
         raise TaskInvalid("ref", f"{ref!r} is not a ref name")
+    # A full commit id never moves: when the cached mirror has it, there is nothing to fetch
+    # (importing a SWE-bench file of many rows from one repository fetches once, not per row).
+    # Branches and tags are fetched fresh.
+    if FULL_COMMIT.fullmatch(ref) and mirror_path(url).exists():
+        with contextlib.suppress(GitError):
+            return _rev_parse(ensure_mirror(url), ref)
     mirror = ensure_mirror(url, refresh=True)
     try:
-        return git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", cwd=mirror).strip()
+        return _rev_parse(mirror, ref)
     except GitError:
         raise TaskInvalid("ref", f"{ref!r} does not exist in {url}") from None
+
+
+def _rev_parse(mirror: Path, ref: str) -> str:
+    return git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", cwd=mirror).strip()
 
 
 def commit_folder(folder: Path, repo: Path) -> str:
