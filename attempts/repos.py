@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from django.conf import settings
@@ -171,14 +172,16 @@ def cached_workspace_archive(url: str, commit: str) -> Path:
     return target
 
 
-def workspace_archive(url: str, commit: str, dest: Path) -> Path:
-    """A tar at `dest` holding `workspace/`: a clone of `url` with all history, at `commit`."""
+@contextlib.contextmanager
+def checked_out(url: str, commit: str) -> Iterator[Path]:
+    """A scratch clone of `url` (all history, origin pointing at `url`) checked out at
+    `commit`, removed on exit. Fetches the mirror first if it lacks the commit."""
     mirror = ensure_mirror(url)
     try:
         git("cat-file", "-e", f"{commit}^{{commit}}", cwd=mirror)
     except GitError:
         mirror = ensure_mirror(url, refresh=True)
-    with tempfile.TemporaryDirectory(prefix="workspace-", dir=settings.DATA_DIR) as scratch:
+    with tempfile.TemporaryDirectory(prefix="checkout-", dir=settings.DATA_DIR) as scratch:
         tree = Path(scratch) / "workspace"
         try:
             git("clone", "--quiet", "--no-checkout", "--no-hardlinks", str(mirror), str(tree))
@@ -186,8 +189,13 @@ def workspace_archive(url: str, commit: str, dest: Path) -> Path:
             git("remote", "set-url", "origin", url, cwd=tree)
         except GitError as exc:
             raise TaskInvalid("ref", f"commit {commit} could not be checked out: {exc}") from None
-        with tarfile.open(dest, "w") as tar:
-            tar.add(tree, arcname="workspace", filter=_chown_to_sandbox)
+        yield tree
+
+
+def workspace_archive(url: str, commit: str, dest: Path) -> Path:
+    """A tar at `dest` holding `workspace/`: a clone of `url` with all history, at `commit`."""
+    with checked_out(url, commit) as tree, tarfile.open(dest, "w") as tar:
+        tar.add(tree, arcname="workspace", filter=_chown_to_sandbox)
     return dest
 
 

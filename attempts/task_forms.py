@@ -191,11 +191,7 @@ class TaskAdminForm(forms.ModelForm):
         if data["reference_patch"]:
             try:
                 check_reference_applies(
-                    {
-                        "repo_url": data["repo_url"],
-                        "base_commit": data["base_commit"],
-                        "reference_patch": data["reference_patch"],
-                    }
+                    data["repo_url"], data["base_commit"], data["reference_patch"]
                 )
             except TaskInvalid as exc:
                 self.add_error("reference_patch", exc.message)

@@ -168,7 +168,7 @@ def read_task_dir(directory: Path) -> dict:
         "source_dir": str(directory),
     }
     if reference:
-        check_reference_applies(values)
+        check_reference_applies(values["repo_url"], values["base_commit"], reference)
     return values
 
 
@@ -178,16 +178,19 @@ def _parse_bool(value) -> bool:
     raise ValueError(f"{value!r}: expected true or false")
 
 
-def check_reference_applies(values: dict) -> None:
-    with tempfile.TemporaryDirectory(dir=settings.DATA_DIR) as scratch:
-        tree = Path(scratch) / "tree"
-        mirror = repos.ensure_mirror(values["repo_url"])
-        repos.git("clone", "--quiet", "--no-checkout", str(mirror), str(tree))
-        repos.git("checkout", "--quiet", "--detach", values["base_commit"], cwd=tree)
-        patch = Path(scratch) / "reference.patch"
-        patch.write_text(values["reference_patch"])
+def check_reference_applies(repo_url: str, commit: str, patch: str) -> None:
+    """Raise TaskInvalid('reference') unless `patch` applies to `commit` of the repository."""
+    with repos.checked_out(repo_url, commit) as tree:
+        reference_applies_in(tree, patch)
+
+
+def reference_applies_in(tree: Path, patch: str) -> None:
+    """The same check, in a tree already checked out at the base commit."""
+    with tempfile.NamedTemporaryFile("w", suffix=".patch", dir=tree.parent) as file:
+        file.write(patch)
+        file.flush()
         try:
-            repos.git("apply", "--check", str(patch), cwd=tree)
+            repos.git("apply", "--check", file.name, cwd=tree)
         except repos.GitError as exc:
             raise TaskInvalid(
                 "reference", f"{REFERENCE_FILE} does not apply to the base ref: {exc}"

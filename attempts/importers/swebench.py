@@ -19,7 +19,7 @@ from django.utils.text import slugify
 
 from .. import repos
 from ..errors import TaskInvalid
-from ..taskdirs import check_reference_applies, require_image
+from ..taskdirs import reference_applies_in, require_image
 from . import ImportItem, guarded
 
 REQUIRED = (
@@ -109,9 +109,9 @@ def task_values(row: dict, *, repos_dir: Path | None, image: str, test_cmd: str)
     except TaskInvalid as exc:
         raise TaskInvalid("base_commit", exc.message) from None
     require_image(image, hint="use --image")
-    values = {"repo_url": str(repo_path), "base_commit": commit, "reference_patch": row["patch"]}
-    check_reference_applies(values)
-    check_files, check_paths = _files_after(str(repo_path), commit, row["test_patch"])
+    with repos.checked_out(str(repo_path), commit) as tree:  # one checkout for both patches
+        reference_applies_in(tree, row["patch"])
+        check_files, check_paths = _files_after(tree, row["test_patch"])
     test_files = sorted({t.split("::", 1)[0] for t in f2p + p2p})
     command = (test_cmd or DEFAULT_TEST_CMD).format(files=" ".join(test_files))
     return {
@@ -131,13 +131,10 @@ def task_values(row: dict, *, repos_dir: Path | None, image: str, test_cmd: str)
     }
 
 
-def _files_after(repo: str, commit: str, test_patch: str) -> tuple[bytes, list[str]]:
-    """The files test_patch adds or changes, as they are once it is applied to the base."""
+def _files_after(tree: Path, test_patch: str) -> tuple[bytes, list[str]]:
+    """The files test_patch adds or changes, as they are once it is applied to the base
+    (`tree`, checked out at the base commit; the patch is applied in it)."""
     with tempfile.TemporaryDirectory(dir=settings.DATA_DIR) as scratch:
-        tree = Path(scratch) / "tree"
-        mirror = repos.ensure_mirror(repo)
-        repos.git("clone", "--quiet", "--no-checkout", str(mirror), str(tree))
-        repos.git("checkout", "--quiet", "--detach", commit, cwd=tree)
         patch = Path(scratch) / "test.patch"
         patch.write_text(test_patch)
         try:
