@@ -75,8 +75,7 @@ def start_attempts(request, slug):
             back=task.get_absolute_url(),
         )
     try:
-        for _ in range(count):
-            services.attempt_create(task=task, agent=agent, command=command)
+        services.attempts_create(task=task, agent=agent, command=command, count=count)
     except TaskInvalid as exc:
         messages.error(request, f"{exc.field}: {exc.message}")
     else:

@@ -19,7 +19,7 @@ from .datasets import FORMATS, export_lines, select_attempts
 from .deletion import attempt_delete, record_audit, task_delete
 from .errors import TaskInvalid
 from .models import Agent, Attempt, AuditEntry, Outcome, Task
-from .services import SAFE_FILE_NAME, attempt_create
+from .services import SAFE_FILE_NAME, attempts_create
 from .task_forms import MultipleFileField, TaskAdminForm
 from .validation import task_validate
 
@@ -223,13 +223,14 @@ class TaskAdmin(admin.ModelAdmin):
             started = 0
             for task in queryset:
                 try:
-                    for _ in range(form.cleaned_data["count"]):
-                        attempt_create(
+                    started += len(
+                        attempts_create(
                             task=task,
                             agent=form.cleaned_data["agent"],
                             command=form.cleaned_data["command"],
+                            count=form.cleaned_data["count"],
                         )
-                        started += 1
+                    )
                 except TaskInvalid as exc:
                     self.message_user(
                         request, f"{task.slug}: {exc.field}: {exc.message}", messages.ERROR

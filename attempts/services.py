@@ -45,13 +45,30 @@ def attempt_create(
 ) -> Attempt:
     """Create a queued attempt and enqueue it once the transaction commits. `agent` is noop,
     reference, command (with `command` and optional `files`) or the name of a saved agent."""
+    return attempts_create(task=task, agent=agent, command=command, files=files, queue=queue)[0]
+
+
+def attempts_create(
+    *,
+    task: Task,
+    agent: str,
+    command: str = "",
+    files: dict[str, bytes] | None = None,
+    queue: str | None = None,
+    count: int = 1,
+) -> list[Attempt]:
+    """`count` attempts with the same agent, which is resolved and checked once."""
     choice = agents.resolve_agent(task, agent, command, files)
-    agent, command, files = choice.label, choice.command, choice.files
-    if sum(len(d) for d in files.values()) > MAX_AGENT_FILES_BYTES:
+    if sum(len(d) for d in choice.files.values()) > MAX_AGENT_FILES_BYTES:
         raise TaskInvalid("files", f"agent files may add up to {MAX_AGENT_FILES_BYTES} bytes")
-    for name in files:
+    for name in choice.files:
         if not SAFE_FILE_NAME.match(name):
             raise TaskInvalid("files", f"{name!r}: use a plain file name (letters, digits, . _ -)")
+    return [_create_one(task, choice, queue) for _ in range(count)]
+
+
+def _create_one(task: Task, choice: agents.AgentChoice, queue: str | None) -> Attempt:
+    agent, command, files = choice.label, choice.command, choice.files
     for _ in range(5):
         try:
             with transaction.atomic():

@@ -7,7 +7,7 @@ from tqdm import tqdm
 from attempts.errors import TaskInvalid
 from attempts.models import DONE_STATUSES, Attempt
 from attempts.selectors import attempts_summary
-from attempts.services import attempt_create
+from attempts.services import attempts_create
 
 from ._common import task_or_error
 
@@ -46,10 +46,9 @@ class Command(BaseCommand):
                 raise CommandError(f"--file {path}: not a file")
             uploads[path.name] = path.read_bytes()
         try:
-            created = [
-                attempt_create(task=task_obj, agent=agent, command=command, files=uploads)
-                for _ in range(n)
-            ]
+            created = attempts_create(
+                task=task_obj, agent=agent, command=command, files=uploads, count=n
+            )
         except TaskInvalid as exc:
             raise CommandError(f"{exc.field}: {exc.message}") from None
         ids = [a.pk for a in created]
