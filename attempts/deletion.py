@@ -16,9 +16,16 @@ from .timeline import Timeline
 
 
 def record_audit(
-    *, action: str, actor: str, attempt: Attempt | None = None, task: Task | None = None, **details
+    *,
+    action: str,
+    actor: str,
+    attempt: Attempt | None = None,
+    task: Task | None = None,
+    in_timeline: bool = True,
+    **details,
 ) -> AuditEntry:
-    """Write who did what and when; while the attempt exists, its timeline says so too."""
+    """Write who did what and when; while the attempt exists, its timeline says so too
+    (unless `in_timeline` is False: the attempt is about to go)."""
     task = task or (attempt.task if attempt else None)
     entry = AuditEntry.objects.create(
         action=action,
@@ -28,7 +35,7 @@ def record_audit(
         attempt_number=attempt.number if attempt else None,
         details=details,
     )
-    if attempt is not None and Attempt.objects.filter(pk=attempt.pk).exists():
+    if in_timeline and attempt is not None and Attempt.objects.filter(pk=attempt.pk).exists():
         Timeline(attempt.pk).reviewer(
             action, actor, f"{entry.get_action_display()} by {actor}", **details
         )
@@ -71,13 +78,16 @@ def attempt_delete(*, attempt: Attempt, by: str) -> bool:
     """Delete the attempt whole: container, stored files, events and results.
     Returns False when it was already gone."""
     with transaction.atomic():
-        row = Attempt.objects.select_for_update().filter(pk=attempt.pk).first()
+        fields = ("pk", "number", "host", "outcome", "agent")
+        row = Attempt.objects.select_for_update().only(*fields).filter(pk=attempt.pk).first()
         if row is None:
             return False
         record_audit(
             action=AuditEntry.Action.DELETE_ATTEMPT,
             actor=by,
             attempt=row,
+            task=attempt.task,
+            in_timeline=False,
             outcome=row.outcome,
             agent=row.agent,
         )
@@ -91,7 +101,7 @@ def attempt_delete(*, attempt: Attempt, by: str) -> bool:
 def task_delete(*, task: Task, by: str) -> int:
     """Delete a task and every attempt of it, the same way. Returns the attempts deleted."""
     count = 0
-    for attempt in list(task.attempts.all()):
+    for attempt in list(task.attempts.defer("diff")):  # each knows its task: no query
         count += attempt_delete(attempt=attempt, by=by)
     with transaction.atomic():
         record_audit(action=AuditEntry.Action.DELETE_TASK, actor=by, task=task, attempts=count)
