@@ -12,7 +12,8 @@ from datetime import datetime
 from django.db.models import QuerySet
 
 from .bundle import attempt_record
-from .models import Actor, Attempt, EventKind, Outcome
+from .models import Actor, Attempt, CheckResult, EventKind, Outcome, TestOutcome
+from .selectors import latest_checks
 from .timeline import exec_verdict
 
 FORMATS = ("attempts", "sft", "rl")
@@ -178,9 +179,8 @@ def rl_line(attempt: Attempt) -> dict:
     }
 
 
-def attempts_line(attempt: Attempt) -> dict:
+def attempts_line(attempt: Attempt, check: CheckResult | None, tests: dict[str, str]) -> dict:
     record = attempt_record(attempt)
-    check = attempt.checks.order_by("-created_at", "-pk").prefetch_related("tests").first()
     record["check"] = (
         None
         if check is None
@@ -190,18 +190,46 @@ def attempts_line(attempt: Attempt) -> dict:
             "source": check.source,
             "tests_passed": check.tests_passed,
             "tests_total": check.tests_total,
-            "tests": {t.name: t.outcome for t in check.tests.all()},
+            "tests": tests,
         }
     )
     return record
 
 
-_BUILDERS = {"attempts": attempts_line, "sft": sft_line, "rl": rl_line}
+def _attempts_lines(batch: list[Attempt]) -> Iterator[dict]:
+    """Attempt records with their last check: two queries per batch, not two per attempt."""
+    checks = latest_checks([a.pk for a in batch])
+    tests: dict[int, dict[str, str]] = {}
+    outcomes = TestOutcome.objects.filter(check_result_id__in=[c.pk for c in checks.values()])
+    for check_id, name, outcome in outcomes.values_list("check_result_id", "name", "outcome"):
+        tests.setdefault(check_id, {})[name] = outcome
+    for attempt in batch:
+        check = checks.get(attempt.pk)
+        yield attempts_line(attempt, check, tests.get(check.pk, {}) if check else {})
+
+
+_BUILDERS = {
+    "attempts": _attempts_lines,
+    "sft": lambda batch: map(sft_line, batch),
+    "rl": lambda batch: map(rl_line, batch),
+}
+BATCH = 200
 
 
 def export_lines(attempts: QuerySet[Attempt], fmt: str) -> Iterator[bytes]:
     if fmt not in _BUILDERS:
         raise ValueError(f"format {fmt!r}: choose one of {', '.join(FORMATS)}")
     build = _BUILDERS[fmt]
-    for attempt in attempts.iterator(chunk_size=200):
-        yield json.dumps(build(attempt), ensure_ascii=False).encode() + b"\n"
+    batch: list[Attempt] = []
+    for attempt in attempts.defer("diff").iterator(chunk_size=BATCH):  # no line holds the diff
+        batch.append(attempt)
+        if len(batch) == BATCH:
+            yield from _encode(build(batch))
+            batch = []
+    if batch:
+        yield from _encode(build(batch))
+
+
+def _encode(lines) -> Iterator[bytes]:
+    for line in lines:
+        yield json.dumps(line, ensure_ascii=False).encode() + b"\n"

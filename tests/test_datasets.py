@@ -140,3 +140,18 @@ def test_web_task_export_streams_jsonl(task, admin_client):
     assert [json.loads(x)["mask"] for x in lines] == [True]
     assert admin_client.get("/tasks/t/export.jsonl?format=csv").status_code == 400
     assert admin_client.get("/tasks/nope/export.jsonl").status_code == 404
+
+
+def test_the_attempts_export_reads_checks_per_batch_not_per_attempt(
+    task, django_assert_max_num_queries
+):
+    from attempts.datasets import export_lines, select_attempts
+    from attempts.models import CheckResult, TestOutcome
+
+    for n in range(4, 44):
+        attempt = Attempt.objects.create(task=task, number=n, agent="noop", status="finished")
+        check = CheckResult.objects.create(attempt=attempt, passed=True, score=1.0, source="junit")
+        TestOutcome.objects.create(check_result=check, name="t::a", outcome="passed")
+    with django_assert_max_num_queries(5):
+        lines = [json.loads(b) for b in export_lines(select_attempts(task.attempts), "attempts")]
+    assert len(lines) == 43 and lines[-1]["check"]["tests"] == {"t::a": "passed"}
