@@ -105,3 +105,12 @@ class StreamCapture:
             "raw_bytes": self.raw_bytes,
             "raw_truncated": self.raw_truncated,
         }
+
+
+def summary_text(summary: dict) -> str:
+    """The readable text of a stored `StreamCapture.summary()`: head, the omission notice if
+    it was cut, and tail (the same text `StreamCapture.text()` gives while capturing)."""
+    text = summary.get("head", "")
+    if summary.get("truncated"):
+        text += f"\n[... {summary.get('omitted_bytes', 0)} bytes omitted ...]\n"
+    return text + summary.get("tail", "")

@@ -12,6 +12,7 @@ from datetime import datetime
 from django.db.models import QuerySet
 
 from .bundle import attempt_record
+from .capture import summary_text
 from .models import Actor, Attempt, CheckResult, EventKind, Outcome, TestOutcome
 from .selectors import latest_checks
 from .timeline import exec_verdict
@@ -60,11 +61,7 @@ def select_attempts(
 def _output_text(data: dict) -> str:
     parts = []
     for stream in ("stdout", "stderr"):
-        s = data.get(stream) or {}
-        text = s.get("head", "")
-        if s.get("truncated"):
-            text += f"\n[... {s.get('omitted_bytes', 0)} bytes omitted ...]\n"
-        text += s.get("tail", "")
+        text = summary_text(data.get(stream) or {})
         if text:
             parts.append(text)
     return "\n".join(parts)

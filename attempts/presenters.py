@@ -9,6 +9,7 @@ from html import escape
 from django.urls import reverse
 from django.utils.safestring import SafeString, mark_safe
 
+from .capture import summary_text
 from .timeline import exec_verdict
 
 COLLAPSE_LINES = 6
@@ -32,13 +33,7 @@ def _pre(text: str, *, stream: str = "") -> str:
 def _stream(attempt_id: int, name: str, info: dict) -> str:
     if not info or not info.get("bytes"):
         return ""
-    text = info.get("head", "")
-    if info.get("tail"):
-        text += (
-            f"\n[... {info.get('omitted_bytes', 0)} bytes omitted ...]\n"
-            if info.get("truncated")
-            else ""
-        ) + info["tail"]
+    text = summary_text(info)
     notes = []
     if info.get("truncated"):
         notes.append(f"truncated: {info['bytes']} bytes in all, head and tail shown")
