@@ -22,6 +22,7 @@ from pathlib import Path
 from django.conf import settings
 
 from .errors import TaskInvalid
+from .workspace import sandbox_owned
 
 # A full commit id (SHA-1 or SHA-256): it names one commit forever.
 FULL_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
@@ -153,12 +154,6 @@ def repository_from_folder(folder: Path, slug: str) -> str:
     return str(target)
 
 
-def _chown_to_sandbox(info: tarfile.TarInfo) -> tarfile.TarInfo:
-    info.uid = info.gid = 1000
-    info.uname = info.gname = "sandbox"
-    return info
-
-
 def cached_workspace_archive(url: str, commit: str) -> Path:
     """The workspace tar of (url, commit), built once per worker host and reused by every
     attempt at that commit. The file is immutable once in place (written, then renamed)."""
@@ -195,7 +190,7 @@ def checked_out(url: str, commit: str) -> Iterator[Path]:
 def workspace_archive(url: str, commit: str, dest: Path) -> Path:
     """A tar at `dest` holding `workspace/`: a clone of `url` with all history, at `commit`."""
     with checked_out(url, commit) as tree, tarfile.open(dest, "w") as tar:
-        tar.add(tree, arcname="workspace", filter=_chown_to_sandbox)
+        tar.add(tree, arcname="workspace", filter=sandbox_owned)
     return dest
 
 
@@ -208,7 +203,7 @@ def tar_folder(folder: Path, *, prefix: str = "") -> tuple[bytes, list[str]]:
             rel = path.relative_to(folder).as_posix()
             if path.is_symlink() or not (path.is_file() or path.is_dir()):
                 raise TaskInvalid("check_files", f"{rel} is not a regular file or folder")
-            tar.add(path, arcname=prefix + rel, recursive=False, filter=_chown_to_sandbox)
+            tar.add(path, arcname=prefix + rel, recursive=False, filter=sandbox_owned)
             if path.is_file():
                 paths.append(rel)
     return buffer.getvalue(), paths

@@ -41,7 +41,7 @@ from .sandbox.runtime import ExecResult, Sandbox, SandboxSpec
 from .storage import delete_tree
 from .timeline import Timeline, clip
 from .validation import refresh_validation
-from .workspace import ChunkReader, filter_workspace
+from .workspace import ChunkReader, filter_workspace, sandbox_owned
 
 log = logging.getLogger(__name__)
 
@@ -109,12 +109,11 @@ def _tar(entries: dict[str, bytes], *, mode: int = 0o644) -> bytes:
                 if folder not in folders:
                     folders.add(folder)
                     info = tarfile.TarInfo(folder)
-                    info.type, info.mode, info.uid, info.gid = tarfile.DIRTYPE, 0o755, 1000, 1000
-                    tar.addfile(info)
+                    info.type, info.mode = tarfile.DIRTYPE, 0o755
+                    tar.addfile(sandbox_owned(info))
             info = tarfile.TarInfo(path)
-            info.size, info.mode, info.uid, info.gid = len(data), mode, 1000, 1000
-            info.mtime = int(time.time())
-            tar.addfile(info, io.BytesIO(data))
+            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+            tar.addfile(sandbox_owned(info), io.BytesIO(data))
     return buffer.getvalue()
 
 

@@ -33,6 +33,17 @@ class ChunkReader(io.RawIOBase):
         return size
 
 
+# The sandbox user (made by the image build, and the user every command runs as).
+SANDBOX_UID = 1000
+
+
+def sandbox_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    """Make a tar entry belong to the sandbox user (also a `tarfile.add` filter)."""
+    info.uid = info.gid = SANDBOX_UID
+    info.uname = info.gname = "sandbox"
+    return info
+
+
 def safe_relative(name: str) -> str | None:
     """`name` as a clean relative path, or None if it is absolute, climbs out, or holds a
     backslash (a path separator to some unpacking tools) or a NUL."""
@@ -80,8 +91,7 @@ def filter_workspace(
                 continue
             info = tarfile.TarInfo(clean)
             info.mode, info.mtime = member.mode & 0o777, member.mtime
-            info.uid = info.gid = 1000
-            info.uname = info.gname = "sandbox"
+            sandbox_owned(info)
             if member.issym():
                 if not link_stays_inside(clean, member.linkname):
                     omitted.append(

@@ -23,10 +23,10 @@ import requests.exceptions
 from django.conf import settings
 
 from attempts.errors import DockerUnavailable, InfrastructureError, SandboxGone
+from attempts.workspace import SANDBOX_UID
 
 log = logging.getLogger(__name__)
 
-SANDBOX_UID = 1000
 LABEL_ATTEMPT = "boltz.attempt"
 LABEL_HOST = "boltz.host"
 LABEL_INSTANCE = "boltz.instance"
