@@ -159,7 +159,7 @@ class TaskAdmin(admin.ModelAdmin):
                         repos_dir=Path(repos) if repos else None,
                         image=form.cleaned_data["image"],
                         test_cmd=form.cleaned_data["test_cmd"],
-                    ).lines()
+                    ).lines(image_hint="fill in Image to choose")
         return render(
             request,
             "admin/attempts/task_import.html",

@@ -41,6 +41,32 @@ class Task(models.Model):
     network = models.BooleanField(default=False, help_text="Off by default: network_mode=none.")
 
     source_dir = models.CharField(max_length=1000, blank=True, help_text="Loaded from this folder.")
+    check_mode = models.CharField(
+        max_length=16,
+        default="fresh",
+        choices=[
+            ("fresh", "fresh container: the base with the agent's changes applied"),
+            ("in_place", "in place: in the agent's own container"),
+        ],
+        help_text="Where the check runs. In place only for tasks about the container's own "
+        "state (a service to configure); a fresh container for everything else.",
+    )
+    protected_paths = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Globs under /workspace reset to the base before the check (beside every "
+        "task's defaults: conftest.py files, pytest's configuration files).",
+    )
+    check_removed_paths = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Paths removed before the check (a SWE-bench test patch's deletions).",
+    )
+    reward_file = models.BooleanField(
+        default=False,
+        help_text="The check writes reward.txt or reward.json to $BOLTZ_CHECK_DIR, and it "
+        "decides the score. Otherwise a reward file is ignored and noted.",
+    )
     required_tests = models.JSONField(
         default=list,
         blank=True,
@@ -161,6 +187,19 @@ class Attempt(models.Model):
     commits = models.JSONField(
         default=list, blank=True, help_text="Commits the agent made: [{id, author, subject}]."
     )
+    changes_state = models.CharField(
+        max_length=16,
+        blank=True,
+        default="",
+        choices=[("", "not recorded"), ("recorded", "recorded"), ("unavailable", "unavailable")],
+    )
+    changes_error = models.TextField(blank=True, help_text="Why the changes are unavailable.")
+    tamper = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What the agent did to protected paths and which reward files were ignored: "
+        "{protected: [{path, change}], reward_files: [...]}.",
+    )
 
     timings = models.JSONField(default=dict, blank=True, help_text="Seconds per stage.")
     created_at = models.DateTimeField(default=timezone.now)
@@ -194,6 +233,10 @@ class Attempt(models.Model):
         if self.started_at and self.finished_at:
             return (self.finished_at - self.started_at).total_seconds()
         return None
+
+    @property
+    def tampered(self) -> bool:
+        return bool(self.tamper.get("protected") or self.tamper.get("reward_files"))
 
 
 class EventKind(models.TextChoices):
@@ -242,7 +285,13 @@ class CheckResult(models.Model):
 
     attempt = models.ForeignKey(Attempt, on_delete=models.CASCADE, related_name="checks")
     passed = models.BooleanField()
-    score = models.FloatField()
+    score = models.FloatField(null=True, blank=True, help_text="None: the check gave no score.")
+    mode = models.CharField(max_length=16, blank=True, help_text="fresh or in_place.")
+    summary = models.TextField(blank=True, help_text="What the outcome means, in words.")
+    problem = models.TextField(
+        blank=True, help_text="Why the check's own results could not be trusted, if so."
+    )
+    ignored_reward_files = models.JSONField(default=list, blank=True)
     source = models.CharField(max_length=16, choices=Source.choices)
     exit_code = models.IntegerField(null=True, blank=True)
     timed_out = models.BooleanField(default=False)

@@ -42,23 +42,35 @@ class GitError(RuntimeError):
 
 
 def git(
-    *args: str, cwd: Path | str | None = None, env: dict | None = None, timeout: float = 600
-) -> str:
+    *args: str,
+    cwd: Path | str | None = None,
+    env: dict | None = None,
+    timeout: float = 600,
+    output: Path | None = None,
+    raw: bool = False,
+):
+    """Run git; its output as text (bytes with `raw`), or written to the file `output`."""
     full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})}
+    what = next((a for a in args if not a.startswith("-") and "=" not in a), args[0])
     try:
-        proc = subprocess.run(
-            ["git", *args],
-            cwd=cwd,
-            env=full_env,
-            capture_output=True,
-            timeout=timeout,
-        )
+        with open(output, "wb") if output else contextlib.nullcontext() as sink:
+            proc = subprocess.run(
+                ["git", *args],
+                cwd=cwd,
+                env=full_env,
+                stdin=subprocess.DEVNULL,
+                stdout=sink if output else subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                timeout=timeout,
+            )
     except subprocess.TimeoutExpired:
-        raise GitError(f"git {args[0]} took longer than {timeout:.0f}s") from None
+        raise GitError(f"git {what} took longer than {timeout:.0f}s") from None
     if proc.returncode != 0:
         message = proc.stderr.decode("utf-8", errors="replace").strip()
-        raise GitError(message.splitlines()[-1] if message else f"git {args[0]} failed")
-    return proc.stdout.decode("utf-8", errors="replace")
+        raise GitError(message.splitlines()[-1] if message else f"git {what} failed")
+    if output:
+        return ""
+    return proc.stdout if raw else proc.stdout.decode("utf-8", errors="replace")
 
 
 def is_local(url: str) -> bool:
@@ -154,11 +166,96 @@ def repository_from_folder(folder: Path, slug: str) -> str:
     return str(target)
 
 
+# Git run on the worker against repositories Boltz made must not read anyone's configuration:
+# not the system's, not the worker user's, not an agent's. `clean_git` runs it that way.
+CLEAN_GIT_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_NO_REPLACE_OBJECTS": "1",
+    "GIT_ATTR_NOSYSTEM": "1",
+    "GIT_LITERAL_PATHSPECS": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_OPTIONAL_LOCKS": "0",
+    "LC_ALL": "C",
+}
+CLEAN_GIT_CONFIG = (
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.excludesFile=/dev/null",
+    "core.attributesFile=/dev/null",
+    "core.autocrlf=false",
+    "core.safecrlf=false",
+    "core.symlinks=true",
+    "core.fileMode=true",
+    "core.protectNTFS=false",
+    "core.protectHFS=false",
+    "core.quotePath=true",
+    "diff.noprefix=false",
+    "diff.mnemonicPrefix=false",
+    "diff.relative=false",
+    "diff.algorithm=myers",
+    "gc.auto=0",
+    "advice.detachedHead=false",
+)
+
+
+def clean_git(*args: str, env: dict | None = None, **kwargs) -> str:
+    """`git` with no configuration but Boltz's own (see CLEAN_GIT_ENV)."""
+    options = [part for item in CLEAN_GIT_CONFIG for part in ("-c", item)]
+    home = {"HOME": str(settings.DATA_DIR), "XDG_CONFIG_HOME": str(settings.DATA_DIR / ".none")}
+    return git(*options, *args, env={**home, **CLEAN_GIT_ENV, **(env or {})}, **kwargs)
+
+
+def _cache_key(url: str, commit: str) -> str:
+    return hashlib.sha256(f"{url}\0{commit}".encode()).hexdigest()[:24]
+
+
+def base_repository(url: str, commit: str) -> Path:
+    """A bare repository in the cache holding `commit` and its ancestors and nothing else: no
+    branch, tag, remote, reflog or object that the base cannot reach, HEAD detached at it.
+    Built once per worker host and base; immutable once in place (written, then renamed)."""
+    target = settings.BOLTZ_REPO_CACHE / "bases" / f"{_cache_key(url, commit)}.git"
+    if target.exists():
+        return target
+    mirror = ensure_mirror(url)
+    try:
+        git("cat-file", "-e", f"{commit}^{{commit}}", cwd=mirror)
+    except GitError:
+        mirror = ensure_mirror(url, refresh=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="base-", dir=target.parent))
+    try:
+        repo = scratch / "base.git"
+        # No template: no hooks, no info/exclude, no description.
+        clean_git("init", "--quiet", "--bare", "--template=", str(repo))
+        # A fetch of one commit id sends exactly the objects it reaches, nothing else.
+        clean_git(
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            str(mirror),
+            commit,
+            cwd=repo,
+        )
+        clean_git("update-ref", "--no-deref", "HEAD", commit, cwd=repo)
+        clean_git("cat-file", "-e", f"{commit}^{{commit}}", cwd=repo)
+        try:
+            os.replace(repo, target)
+        except OSError:
+            if not target.exists():  # else another worker process built the same one first
+                raise
+    except GitError as exc:
+        raise TaskInvalid("ref", f"commit {commit} could not be fetched: {exc}") from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return target
+
+
 def cached_workspace_archive(url: str, commit: str) -> Path:
     """The workspace tar of (url, commit), built once per worker host and reused by every
     attempt at that commit. The file is immutable once in place (written, then renamed)."""
-    key = hashlib.sha256(f"{url}\0{commit}".encode()).hexdigest()[:24]
-    target = settings.BOLTZ_REPO_CACHE / "workspaces" / f"{key}.tar"
+    target = settings.BOLTZ_REPO_CACHE / "workspaces" / f"{_cache_key(url, commit)}.v2.tar"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         scratch = target.with_suffix(f".{os.getpid()}.partial")
@@ -188,9 +285,25 @@ def checked_out(url: str, commit: str) -> Iterator[Path]:
 
 
 def workspace_archive(url: str, commit: str, dest: Path) -> Path:
-    """A tar at `dest` holding `workspace/`: a clone of `url` with all history, at `commit`."""
-    with checked_out(url, commit) as tree, tarfile.open(dest, "w") as tar:
-        tar.add(tree, arcname="workspace", filter=sandbox_owned)
+    """A tar at `dest` holding `workspace/`: the base commit checked out (HEAD detached at it)
+    with a `.git` that holds the base and its ancestors only (see `base_repository`)."""
+    base = base_repository(url, commit)
+    with tempfile.TemporaryDirectory(prefix="workspace-", dir=settings.DATA_DIR) as scratch:
+        tree = Path(scratch) / "workspace"
+        tree.mkdir()
+        shutil.copytree(base, tree / ".git", symlinks=True)
+        try:
+            clean_git("config", "core.bare", "false", cwd=tree / ".git")
+            clean_git("config", "core.logAllRefUpdates", "true", cwd=tree / ".git")
+            clean_git("reset", "--quiet", "--hard", commit, cwd=tree)
+        except GitError as exc:
+            raise TaskInvalid("ref", f"commit {commit} could not be checked out: {exc}") from None
+        # `reset` leaves a reflog entry and ORIG_HEAD: the sandbox starts with no history of
+        # Boltz's own.
+        shutil.rmtree(tree / ".git" / "logs", ignore_errors=True)
+        (tree / ".git" / "ORIG_HEAD").unlink(missing_ok=True)
+        with tarfile.open(dest, "w") as tar:
+            tar.add(tree, arcname="workspace", filter=sandbox_owned)
     return dest
 
 

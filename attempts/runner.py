@@ -1,20 +1,27 @@
 """The step director: runs one attempt's stages in its sandbox and records every step.
 
-start (container, repository, setup) -> work (the agent) -> diff -> check -> keep the sandbox.
+start (container, repository, setup) -> work (the agent) -> end (every process of the agent's
+ends) -> record (its changes, read out of the stopped sandbox and diffed on the worker) -> check
+(in a fresh container holding the base with exactly those changes, or in place for tasks about
+the container's own state) -> keep the sandbox.
 Infrastructure faults end the attempt as `infra_error` with the reason; they are never the
 agent's failure. Every command's output is streamed into the timeline and kept honestly.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
+import secrets
 import shlex
+import shutil
 import tarfile
 import tempfile
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
@@ -23,61 +30,54 @@ from django.core.files.storage import default_storage
 from django.db import transaction
 from django.utils import timezone
 
-from . import agents, repos, scoring
+from . import agents, changes, repos, scoring
 from .capture import StreamCapture
+from .changes import ChangesUnavailable
 from .errors import AttemptGone, AttemptStopped, InfrastructureError, SandboxGone, TaskInvalid
 from .models import (
     DONE_STATUSES,
     Actor,
     Attempt,
     CheckResult,
+    Event,
     EventKind,
     Outcome,
     SandboxState,
     Status,
     TestOutcome,
 )
-from .sandbox.runtime import ExecResult, Sandbox, SandboxSpec
+from .protected import Protection, protection_for, reset_plan
+from .sandbox.runtime import ExecResult, Sandbox, SandboxSpec, remove_attempt_containers
 from .storage import delete_tree
 from .timeline import Timeline, clip
 from .validation import refresh_validation
-from .workspace import ChunkReader, filter_workspace, sandbox_owned
+from .workspace import filter_workspace, sandbox_owned
 
 log = logging.getLogger(__name__)
 
 CHECK_DIR = "/tmp/boltz-check"
+# Where Boltz asks pytest for its own JUnit report (PYTEST_ADDOPTS), a second witness beside
+# the check's exit code.
+WITNESS_DIR = "/tmp/boltz-witness"
+WITNESS_ADDOPTS = f"--junitxml={WITNESS_DIR}/pytest.xml"
+# An in-place check's HOME: empty, so nothing the agent left in its home reaches the check.
+CHECK_HOME = "/tmp/boltz-check-home"
 BOLTZ_DIR = "/tmp/boltz"
 LIVE_FLUSH_BYTES = 4096
 LIVE_FLUSH_SECONDS = 0.5
 STOP_CHECK_SECONDS = 1.0
 MAX_CHECK_FILE = 8 * 1024 * 1024
 
-_DIFF_SCRIPT = r"""
-set -e
-GIT_INDEX_FILE="/tmp/.boltz-diff-index.$$"
-export GIT_INDEX_FILE
-trap 'rm -f "$GIT_INDEX_FILE"' EXIT
-git -c core.hooksPath=/dev/null -c core.fsmonitor=false read-tree "$1"
-git -c core.hooksPath=/dev/null -c core.fsmonitor=false add --all
-git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c core.quotepath=false \
-    -c diff.noprefix=false -c diff.external= diff --cached --binary --no-color --no-ext-diff -M "$1"
-rm -rf /tmp/.boltz-meta && mkdir -p /tmp/.boltz-meta
-git ls-files -z > /tmp/.boltz-meta/files
-git -c core.hooksPath=/dev/null log -z --max-count=200 --format='%H%x09%an%x09%s' "$1"..HEAD \
-    > /tmp/.boltz-meta/commits 2>/dev/null || true
-"""
-
-_CLEAR_FOR_CHECK = r"""
-for p in "$@"; do
-  d="$p"
-  while [ "$d" != "." ] && [ "$d" != "/" ]; do
-    if [ -L "$d" ]; then rm -f -- "$d"; fi
-    d=$(dirname -- "$d")
-  done
-done
-rm -rf -- "$@"
-rm -rf -- "$BOLTZ_CHECK_DIR"
-mkdir -p -- "$BOLTZ_CHECK_DIR"
+# Resets protected paths before a check, as the sandbox user (who owns every file the agent
+# made): the lists are NUL-separated files Boltz wrote. Folders on the way are made writable
+# first, so a folder the agent made read-only cannot keep a protected file in place.
+_RESET_SCRIPT = r"""
+lists="$1"; shift
+if [ -s "$lists/parents" ]; then xargs -0 -r chmod u+rwx -- < "$lists/parents" 2>/dev/null; fi
+if [ -s "$lists/folders" ]; then xargs -0 -r chmod -R u+rwX -- < "$lists/folders" 2>/dev/null; fi
+if [ -s "$lists/remove" ]; then xargs -0 -r rm -rf -- < "$lists/remove" || exit 1; fi
+rm -rf -- "$lists" "$@"
+mkdir -p -- "$@"
 """
 
 
@@ -117,6 +117,10 @@ def _tar(entries: dict[str, bytes], *, mode: int = 0o644) -> bytes:
     return buffer.getvalue()
 
 
+def memory_text(size: int) -> str:
+    return f"{size / 2**30:g} GB" if size >= 2**30 else f"{size // 2**20} MB"
+
+
 class AttemptRunner:
     def __init__(self, attempt: Attempt):
         self.attempt = attempt
@@ -124,9 +128,18 @@ class AttemptRunner:
         self.timeline = Timeline(attempt.pk)
         self.sandbox: Sandbox | None = None
         self.timings: dict[str, float] = {}
-        self._exec_count = 0
+        # Exec numbers continue from the timeline, so a re-check never reuses one.
+        self._exec_count = Event.objects.filter(
+            attempt_id=attempt.pk, kind=EventKind.EXEC, data__phase="start"
+        ).count()
         self._last_stop_check = 0.0
         self.rechecking = False
+        self.scratch: Path | None = None
+        self.checked: tuple[Path, dict[str, str]] | None = None  # the checked tree, once built
+        self.agent_oom = ""  # why the agent's step was cut short for memory, if it was
+        self.protection: Protection = protection_for(
+            self.task.protected_paths, self.task.check_file_paths, self.task.check_removed_paths
+        )
 
     # --- bookkeeping -------------------------------------------------------------------------
     def _set(self, **fields) -> None:
@@ -153,7 +166,7 @@ class AttemptRunner:
             raise AttemptGone(f"attempt {self.attempt.pk} was deleted")
         if row["cancel_requested_at"] and not self.rechecking:
             raise AttemptStopped(f"cancelled by {row['cancel_requested_by']}")
-        if row["sandbox_deleted_at"]:
+        if row["sandbox_deleted_at"] and not self.rechecking:
             raise AttemptStopped(
                 f"its sandbox was deleted by {row['sandbox_deleted_by']} while the attempt ran"
             )
@@ -165,6 +178,18 @@ class AttemptRunner:
 
     def _storage_name(self, name: str) -> str:
         return f"attempts/{self.attempt.pk}/{name}"
+
+    @contextlib.contextmanager
+    def scratch_folder(self):
+        """A folder on the worker for this run's files (the agent's tree, patches, archives)."""
+        settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix=f"attempt-{self.attempt.pk}-", dir=settings.DATA_DIR))
+        self.scratch = folder
+        try:
+            yield folder
+        finally:
+            self.scratch = None
+            shutil.rmtree(folder, ignore_errors=True)
 
     # --- commands ------------------------------------------------------------------------------
     def exec(
@@ -179,9 +204,12 @@ class AttemptRunner:
         head_limit: int | None = None,
         tail_limit: int | None = None,
         display: str | None = None,
+        sandbox: Sandbox | None = None,
     ) -> CommandRun:
-        """Run a command in the sandbox with events for its start, live output and end."""
-        assert self.sandbox is not None
+        """Run a command in the sandbox (the attempt's own unless another is given) with
+        events for its start, live output and end."""
+        sandbox = sandbox or self.sandbox
+        assert sandbox is not None
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else command
         shown = display or (command if isinstance(command, str) else shlex.join(command))
         self._exec_count += 1
@@ -240,7 +268,7 @@ class AttemptRunner:
             began = time.monotonic()
             stopped = None
             try:
-                result = self.sandbox.exec(
+                result = sandbox.exec(
                     argv,
                     timeout=timeout,
                     on_output=on_output,
@@ -279,6 +307,26 @@ class AttemptRunner:
         return run
 
     # --- stages ------------------------------------------------------------------------------
+    def _spec(self, role: str) -> SandboxSpec:
+        task = self.task
+        return SandboxSpec(
+            attempt_id=self.attempt.pk,
+            image=task.image_name,
+            cpus=task.cpus,
+            memory_bytes=task.memory_bytes,
+            pids_limit=task.pids_limit,
+            network=task.network,
+            environment={"BOLTZ_ATTEMPT": str(self.attempt.pk), "BOLTZ_TASK": task.slug},
+            role=role,
+        )
+
+    def _setup(self, sandbox: Sandbox, step: str) -> CommandRun | None:
+        if not self.task.setup_command.strip():
+            return None
+        return self.exec(
+            step, self.task.setup_command, timeout=self.task.setup_timeout, sandbox=sandbox
+        )
+
     def start(self) -> None:
         task = self.task
         self.timeline.add(
@@ -287,17 +335,7 @@ class AttemptRunner:
             host=settings.BOLTZ_HOST,
             message=f"creating a sandbox from {task.image_name}",
         )
-        self.sandbox = Sandbox.create(
-            SandboxSpec(
-                attempt_id=self.attempt.pk,
-                image=task.image_name,
-                cpus=task.cpus,
-                memory_bytes=task.memory_bytes,
-                pids_limit=task.pids_limit,
-                network=task.network,
-                environment={"BOLTZ_ATTEMPT": str(self.attempt.pk), "BOLTZ_TASK": task.slug},
-            )
-        )
+        self.sandbox = Sandbox.create(self._spec("agent"))
         self._set(
             container_id=self.sandbox.id,
             sandbox_state=SandboxState.LIVE,
@@ -305,10 +343,7 @@ class AttemptRunner:
             base_commit=task.base_commit,
         )
         self._stop_if_asked()
-        try:
-            archive = repos.cached_workspace_archive(task.repo_url, task.base_commit)
-        except TaskInvalid as exc:
-            raise InfrastructureError(f"repository unavailable on this host: {exc}") from exc
+        archive = self._workspace_archive()
         with archive.open("rb") as handle:
             self.sandbox.put_archive("/", handle)
         size = archive.stat().st_size
@@ -318,13 +353,24 @@ class AttemptRunner:
             status=Status.STARTING,
             container=self.sandbox.id[:12],
             message=f"sandbox started with {task.repo_url} at "
-            f"{task.base_commit[:12]} in /workspace ({size} bytes)",
+            f"{task.base_commit[:12]} in /workspace ({size} bytes; history up to the base only)",
         )
-        if task.setup_command.strip():
-            run = self.exec("setup", task.setup_command, timeout=task.setup_timeout)
-            if run.result.timed_out or run.result.exit_code != 0:
-                why = "timed out" if run.result.timed_out else f"exited {run.result.exit_code}"
-                raise InfrastructureError(f"the task's setup command {why}")
+        run = self._setup(self.sandbox, "setup")
+        if run is not None and (run.result.timed_out or run.result.exit_code != 0):
+            why = "timed out" if run.result.timed_out else f"exited {run.result.exit_code}"
+            raise InfrastructureError(f"the task's setup command {why}")
+
+    def _workspace_archive(self) -> Path:
+        try:
+            return repos.cached_workspace_archive(self.task.repo_url, self.task.base_commit)
+        except TaskInvalid as exc:
+            raise InfrastructureError(f"repository unavailable on this host: {exc}") from exc
+
+    def _base_repository(self) -> Path:
+        try:
+            return repos.base_repository(self.task.repo_url, self.task.base_commit)
+        except TaskInvalid as exc:
+            raise InfrastructureError(f"repository unavailable on this host: {exc}") from exc
 
     def work(self) -> CommandRun | None:
         plan = agents.plan_for(self.attempt)
@@ -345,85 +391,212 @@ class AttemptRunner:
             )
         if plan.command is None:
             return None
-        return self.exec(
-            "agent",
-            plan.command,
-            timeout=self.task.agent_timeout,
-            actor=Actor.AGENT,
-            environment={
-                **(self.attempt.agent_env or {}),
-                "BOLTZ_INSTRUCTION": instruction,
-                "BOLTZ_AGENT_DIR": agents.AGENT_DIR,
-            },
-        )
-
-    def store_diff(self) -> None:
-        limit = settings.BOLTZ_MAX_DIFF_BYTES
-        run = self.exec(
-            "diff",
-            ["/bin/sh", "-c", _DIFF_SCRIPT, "boltz-diff", self.task.base_commit],
-            timeout=300,
-            live=False,
-            head_limit=limit,
-            tail_limit=0,
-            display=f"git diff --binary -M {self.task.base_commit[:12]} (own index)",
-        )
-        if run.result.exit_code != 0:
-            self.timeline.add(
-                EventKind.ERROR,
-                message="the diff could not be computed",
-                detail=clip(run.stderr.text(), 4000),
+        ooms = self.sandbox.oom_kills()
+        try:
+            run = self.exec(
+                "agent",
+                plan.command,
+                timeout=self.task.agent_timeout,
+                actor=Actor.AGENT,
+                environment={
+                    **(self.attempt.agent_env or {}),
+                    "BOLTZ_INSTRUCTION": instruction,
+                    "BOLTZ_AGENT_DIR": agents.AGENT_DIR,
+                },
             )
-            return
-        raw = run.stdout.head_text()
-        self._set(
-            diff=raw,
-            diff_truncated=run.stdout.truncated,
-            diff_bytes=run.stdout.total_bytes,
-            diff_file=run.raw.get("stdout", ""),
+        except SandboxGone:
+            # The sandbox stopped under the agent. Its init is out of the agent's reach, so
+            # only memory can do that from inside; anything else came from outside.
+            if not self.sandbox.stopped_by_oom():
+                raise
+            self._note_oom("the sandbox was killed during the agent's step")
+            return None
+        after = self.sandbox.oom_kills()
+        if ooms is not None and after is not None and after > ooms:
+            self._note_oom("a process of the agent's was killed")
+        return run
+
+    def _note_oom(self, what: str) -> None:
+        self.agent_oom = f"{what}: out of memory ({memory_text(self.task.memory_bytes)} limit)"
+        self.timeline.add(EventKind.ERROR, actor=Actor.AGENT, message=self.agent_oom)
+
+    def end_agent(self) -> None:
+        """End every process of the agent's before anything of its work is read."""
+        self._status(
+            Status.CHECKING, "ending every process of the agent's, then recording its changes"
         )
-        files = raw.count("\ndiff --git ") + (1 if raw.startswith("diff --git ") else 0)
+        self.sandbox.halt()
+
+    def record_changes(self) -> None:
+        """Read the agent's tree out of its stopped sandbox, diff it against the base on the
+        worker, keep the diff, the tamper report and the checked tree's files."""
+        task, scratch = self.task, self.scratch
+        assert scratch is not None
+        stream = self.sandbox.get_archive("/workspace")
+        if stream is None:
+            raise ChangesUnavailable("/workspace no longer exists in the sandbox")
+        tree = changes.read_tree(
+            stream,
+            scratch / "agent",
+            max_bytes=settings.BOLTZ_MAX_TREE_BYTES,
+            max_files=settings.BOLTZ_MAX_TREE_FILES,
+        )
+        base_git = self._base_repository()
+        recorded = changes.record(
+            tree,
+            base_git=base_git,
+            base_commit=task.base_commit,
+            scratch=scratch,
+            protection=self.protection,
+        )
+        shutil.rmtree(tree.root, ignore_errors=True)  # what is kept is the patch
+        limit = settings.BOLTZ_MAX_DIFF_BYTES
+        with recorded.patch.open("rb") as handle:
+            head = handle.read(limit)
+            handle.seek(0)
+            stored = default_storage.save(self._storage_name("changes.patch"), File(handle))
+        self._set(
+            diff=head.decode("utf-8", errors="replace"),
+            diff_truncated=recorded.patch_bytes > limit,
+            diff_bytes=recorded.patch_bytes,
+            diff_file=stored,
+            changes_state="recorded",
+            commits=recorded.commits,
+            tamper={"protected": recorded.protected[:1000], "reward_files": []},
+        )
         self.timeline.add(
             EventKind.FILE,
             action="diff",
-            files=files,
-            bytes=run.stdout.total_bytes,
-            truncated=run.stdout.truncated,
+            files=recorded.files,
+            bytes=recorded.patch_bytes,
+            truncated=recorded.patch_bytes > limit,
+            message=f"changes recorded on the worker: {recorded.files} file(s), "
+            f"{recorded.patch_bytes} bytes of patch",
+        )
+        if recorded.protected:
+            self.timeline.add(
+                EventKind.ERROR,
+                actor=Actor.AGENT,
+                message=f"the agent changed {len(recorded.protected)} protected path(s); "
+                "they are reset to the base before the check",
+                protected=recorded.protected[:200],
+            )
+        self.checked = changes.checked_tree(
+            base_git=base_git, base_commit=task.base_commit, patch=recorded.patch, scratch=scratch
         )
         self.snapshot_workspace()
 
+    def _check_archive(self) -> Path:
+        """The fresh container's /workspace: the base's .git and the checked tree."""
+        assert self.scratch is not None and self.checked is not None
+        return changes.check_archive(
+            workspace_archive=self._workspace_archive(),
+            checked=self.checked[0],
+            dest=self.scratch / f"check-{secrets.token_hex(4)}.tar",
+        )
+
     def snapshot_workspace(self) -> None:
-        """Keep the agent's final files (those the diff covers) as workspace.tar.gz."""
-        meta = self.sandbox.read_files("/tmp/.boltz-meta", max_bytes=64 * 1024 * 1024)
-        names = meta.get("files", b"")
-        keep = {n.decode("utf-8", errors="surrogateescape") for n in names.split(b"\0") if n}
-        stream = self.sandbox.get_archive("/workspace")
-        if stream is None:
-            return
-        with tempfile.TemporaryFile() as out:
+        """Keep the checked tree's files (the base with the agent's changes) as
+        workspace.tar.gz: exactly what changes.patch gives when applied to the base."""
+        archive = self._check_archive()
+        paths = set(self.checked[1])
+        with archive.open("rb") as source, tempfile.TemporaryFile() as out:
             copied, omitted = filter_workspace(
-                io.BufferedReader(ChunkReader(stream), buffer_size=1024 * 1024),
-                out,
-                keep=keep,
-                max_bytes=settings.BOLTZ_MAX_WORKSPACE_BYTES,
+                source, out, keep=paths, max_bytes=settings.BOLTZ_MAX_WORKSPACE_BYTES
             )
             out.seek(0)
             name = default_storage.save(self._storage_name("workspace.tar.gz"), File(out))
-        commits = []
-        for raw in meta.get("commits", b"")[: 1 << 20].split(b"\0"):
-            parts = raw.decode("utf-8", errors="replace").strip("\n").split("\t", 2)
-            if len(parts) == 3:
-                commits.append(
-                    {"id": parts[0], "author": parts[1][:200], "subject": parts[2][:500]}
-                )
-        self._set(
-            workspace_file=name,
-            workspace_bytes=copied,
-            workspace_omitted=omitted[:1000],
-            commits=commits,
-        )
+        archive.unlink()
+        self._set(workspace_file=name, workspace_bytes=copied, workspace_omitted=omitted[:1000])
         self.timeline.add(
-            EventKind.FILE, action="snapshot", files=len(keep), bytes=copied, omitted=len(omitted)
+            EventKind.FILE, action="snapshot", files=len(paths), bytes=copied, omitted=len(omitted)
+        )
+
+    def _rebuild_checked(self) -> None:
+        """For a re-check: the checked tree again, from the stored patch alone."""
+        assert self.scratch is not None
+        if self.attempt.changes_state != "recorded" or not self.attempt.diff_file:
+            raise ChangesUnavailable("the attempt's changes were never recorded")
+        patch = self.scratch / "changes.patch"
+        with default_storage.open(self.attempt.diff_file, "rb") as source, patch.open("wb") as out:
+            shutil.copyfileobj(source, out)
+        self.checked = changes.checked_tree(
+            base_git=self._base_repository(),
+            base_commit=self.task.base_commit,
+            patch=patch,
+            scratch=self.scratch,
+        )
+
+    def _reset_protected(
+        self, sandbox: Sandbox, entries: dict[str, str], extra_dirs: list[str]
+    ) -> None:
+        """Reset every protected path to the base, put the hidden check files over the tree,
+        and empty the folders the check writes to."""
+        task = self.task
+        base_git = self._base_repository()
+        base = changes.listing({"GIT_DIR": str(base_git)}, self.scratch, tree_ish=task.base_commit)
+        hidden = list(task.check_file_paths)
+        plan = reset_plan(
+            self.protection,
+            entries=entries,
+            base=base,
+            targets=[*hidden, *task.check_removed_paths],
+        )
+        lists = f"/tmp/boltz-reset-{secrets.token_hex(8)}"
+        sandbox.put_archive(
+            "/",
+            _tar(
+                {
+                    f"{lists[1:]}/remove": _nul(plan.remove + list(task.check_removed_paths)),
+                    f"{lists[1:]}/parents": _nul(plan.parents),
+                    f"{lists[1:]}/folders": _nul(plan.folders),
+                }
+            ),
+        )
+        run = self.exec(
+            "reset",
+            [
+                "/bin/sh",
+                "-c",
+                _RESET_SCRIPT,
+                "boltz-reset",
+                lists,
+                CHECK_DIR,
+                WITNESS_DIR,
+                *extra_dirs,
+            ],
+            timeout=120,
+            live=False,
+            display=f"reset {len(plan.restore)} protected path(s) to the base, "
+            f"remove {len(plan.remove)}, restore {len(hidden)} hidden check file(s)",
+        )
+        if run.result.exit_code != 0:
+            raise InfrastructureError(
+                f"protected paths could not be reset: {clip(run.text(), 500)}"
+            )
+        restore = changes.base_files(base_git, task.base_commit, plan.restore, self.scratch)
+        if restore:
+            sandbox.put_archive("/", restore)
+        if task.check_files:
+            sandbox.put_archive("/", bytes(task.check_files))
+        if task.check_removed_paths:
+            sandbox.put_archive(
+                "/", _tar({f"{lists[1:]}/remove": _nul(list(task.check_removed_paths))})
+            )
+            self.exec(
+                "reset",
+                ["/bin/sh", "-c", _RESET_SCRIPT, "boltz-reset", lists],
+                timeout=120,
+                live=False,
+                display=f"remove {len(task.check_removed_paths)} path(s) the check removes",
+            )
+        self.timeline.add(
+            EventKind.FILE,
+            action="restore",
+            paths=hidden[:200],
+            count=len(hidden),
+            protected_restored=len(plan.restore),
+            removed=plan.remove[:200],
         )
 
     def check(self, *, requested_by: str = "") -> CheckResult:
@@ -432,40 +605,113 @@ class AttemptRunner:
             self.timeline.reviewer(
                 "recheck", requested_by, f"re-check of the same files by {requested_by}"
             )
-        else:
-            self._status(
-                Status.CHECKING, "ending the agent's processes, restoring hidden check files"
-            )
-        # No process of the agent's may outlive its stage and touch the files under check.
-        self.sandbox.kill_all_processes()
-        env = {"BOLTZ_CHECK_DIR": CHECK_DIR}
-        paths = list(task.check_file_paths)
-        self.exec(
-            "restore",
-            ["/bin/sh", "-c", _CLEAR_FOR_CHECK, "boltz-clear", *paths],
-            timeout=120,
-            live=False,
-            environment=env,
-            display=f"clear {len(paths)} hidden check path(s) and {CHECK_DIR}",
+        if task.check_mode == "in_place":
+            return self._check_in_place(requested_by)
+        return self._check_fresh(requested_by)
+
+    def _check_fresh(self, requested_by: str) -> CheckResult:
+        if self.checked is None:
+            self._rebuild_checked()
+        archive = self._check_archive()
+        self.timeline.add(
+            EventKind.LIFECYCLE,
+            message="the check runs in a fresh container: the base with exactly the recorded "
+            "changes applied",
+            check_mode="fresh",
         )
-        if task.check_files:
-            self.sandbox.put_archive("/", bytes(task.check_files))
-        self.timeline.add(EventKind.FILE, action="restore", paths=paths[:200], count=len(paths))
-        run = self.exec("check", task.check_command, timeout=task.check_timeout, environment=env)
-        files = self.sandbox.read_files(CHECK_DIR, max_bytes=MAX_CHECK_FILE)
+        sandbox = Sandbox.create(self._spec("check"))
+        try:
+            with archive.open("rb") as handle:
+                sandbox.put_archive("/", handle)
+            archive.unlink()
+            sandbox.start()
+            setup = self._setup(sandbox, "check-setup")
+            if setup is not None and (setup.result.timed_out or setup.result.exit_code != 0):
+                why = "timed out" if setup.result.timed_out else f"exited {setup.result.exit_code}"
+                return self._save_check(
+                    requested_by,
+                    mode="fresh",
+                    run=setup,
+                    score=scoring.Score(
+                        False,
+                        0.0,
+                        "exit_code",
+                        summary=f"the task's setup command {why} on the agent's changes",
+                    ),
+                )
+            entries = changes.index_entries(self.checked[1])
+            return self._run_check(sandbox, entries, requested_by, mode="fresh")
+        finally:
+            sandbox.remove()
+
+    def _check_in_place(self, requested_by: str) -> CheckResult:
+        self.timeline.add(
+            EventKind.LIFECYCLE,
+            message="the check runs in place, in the agent's container: every agent process "
+            "ended, protected paths reset, a fresh HOME, no user site-packages",
+            check_mode="in_place",
+        )
+        self.sandbox.halt()  # no process of the agent's, even on a re-check
+        stream = self.sandbox.get_archive("/workspace")
+        entries = changes.tree_entries(stream) if stream is not None else {}
+        self.sandbox.start()
+        return self._run_check(self.sandbox, entries, requested_by, mode="in_place")
+
+    def _run_check(
+        self, sandbox: Sandbox, entries: dict[str, str], requested_by: str, *, mode: str
+    ) -> CheckResult:
+        task = self.task
+        in_place = mode == "in_place"
+        self._reset_protected(sandbox, entries, [CHECK_HOME] if in_place else [])
+        env = {
+            "BOLTZ_CHECK_DIR": CHECK_DIR,
+            "PYTEST_ADDOPTS": WITNESS_ADDOPTS,
+            "PYTHONNOUSERSITE": "1",
+        }
+        if in_place:
+            env.update(
+                HOME=CHECK_HOME,
+                PYTHONUSERBASE=f"{CHECK_HOME}/.no-user-site",
+                XDG_CONFIG_HOME=f"{CHECK_HOME}/.config",
+            )
+        ooms = sandbox.oom_kills()
+        run = self.exec(
+            "check",
+            task.check_command,
+            timeout=task.check_timeout,
+            environment=env,
+            sandbox=sandbox,
+        )
+        after = sandbox.oom_kills()
+        files = sandbox.read_files(CHECK_DIR, max_bytes=MAX_CHECK_FILE)
+        witness = sandbox.read_files(WITNESS_DIR, max_bytes=MAX_CHECK_FILE).get("pytest.xml")
         score = scoring.score_check(
             exit_code=run.result.exit_code,
             timed_out=run.result.timed_out,
             files=files,
             required=task.required_tests,
+            reward_file=task.reward_file,
+            witness=witness,
         )
-        junit = next((data for _, data in scoring.junit_files(files)), b"")
+        if ooms is not None and after is not None and after > ooms and not score.passed:
+            limit = memory_text(task.memory_bytes)
+            score.summary = f"the check was killed: out of memory ({limit} limit); {score.summary}"
+        return self._save_check(requested_by, mode=mode, run=run, score=score, files=files)
+
+    def _save_check(
+        self, requested_by: str, *, mode: str, run: CommandRun, score: scoring.Score, files=None
+    ) -> CheckResult:
+        junit = next((data for _, data in scoring.junit_files(files or {})), b"")
         with transaction.atomic():
             result = CheckResult.objects.create(
                 attempt=self.attempt,
                 passed=score.passed,
                 score=score.score,
                 source=score.source,
+                mode=mode,
+                summary=score.summary,
+                problem=score.problem,
+                ignored_reward_files=score.ignored_reward_files,
                 exit_code=run.result.exit_code,
                 timed_out=run.result.timed_out,
                 duration=run.result.duration,
@@ -488,15 +734,29 @@ class AttemptRunner:
                 for t in score.tests
             )
             flipped = mark_flaky(result) if requested_by else []
+            if score.ignored_reward_files:
+                tamper = dict(
+                    Attempt.objects.filter(pk=self.attempt.pk)
+                    .values_list("tamper", flat=True)
+                    .first()
+                    or {}
+                )
+                seen = tamper.get("reward_files", [])
+                tamper["reward_files"] = sorted({*seen, *score.ignored_reward_files})
+                self._set(tamper=tamper)
         self.timeline.add(
             EventKind.CHECK,
             flipped=flipped[:100],
             passed=score.passed,
             score=score.score,
             source=score.source,
+            mode=mode,
+            summary=score.summary,
+            problem=score.problem,
             tests_passed=score.tests_passed,
             tests_total=score.tests_counted,
             notes=score.notes,
+            ignored_reward_files=score.ignored_reward_files,
             timed_out=run.result.timed_out,
             check=result.pk,
         )
@@ -523,11 +783,14 @@ class AttemptRunner:
     # --- the whole attempt ----------------------------------------------------------------------
     def run(self) -> None:
         try:
-            self._run()
+            with self.scratch_folder():
+                self._run()
         except AttemptGone:
             log.info("attempt %s was deleted while it ran; cleaning up", self.attempt.pk)
             if self.sandbox is not None:
                 self.sandbox.remove()
+            with contextlib.suppress(InfrastructureError):
+                remove_attempt_containers(self.attempt.pk)
             delete_tree(self._storage_name(""))
         except Exception as exc:
             # Even the bookkeeping failed: never leave the attempt looking alive.
@@ -551,9 +814,11 @@ class AttemptRunner:
             stage, mark = "work", time.monotonic()
             agent = self.work()
             self.timings["work"] = round(time.monotonic() - mark, 3)
-            stage, mark = "diff", time.monotonic()
-            self.store_diff()
-            stage = "check"
+            stage, mark = "record", time.monotonic()
+            self.end_agent()
+            self.record_changes()
+            self.timings["record"] = round(time.monotonic() - mark, 3)
+            stage, mark = "check", time.monotonic()
             result = self.check()
             self.timings["check"] = round(time.monotonic() - mark, 3)
             score = result.score
@@ -564,6 +829,20 @@ class AttemptRunner:
                 outcome = Outcome.PASSED if result.passed else Outcome.FAILED
                 if result.timed_out:
                     reason = f"the check ran past its {self.task.check_timeout:g}s limit"
+                elif not result.passed and (
+                    result.problem
+                    or result.summary.startswith(("the check was killed", "the task's setup"))
+                ):
+                    reason = result.summary
+                elif not result.passed and self.agent_oom:
+                    reason = self.agent_oom
+        except ChangesUnavailable as exc:
+            # Something the agent left cannot be recorded: never "no changes", never a pass.
+            outcome, score = Outcome.FAILED, 0.0
+            reason = f"changes unavailable: {exc.reason}"
+            with contextlib.suppress(AttemptGone):
+                self._set(changes_state="unavailable", changes_error=exc.reason)
+            self.timeline.add(EventKind.ERROR, message=reason)
         except AttemptStopped as exc:
             outcome, reason = Outcome.CANCELLED, exc.reason
         except InfrastructureError as exc:
@@ -611,6 +890,10 @@ class AttemptRunner:
         except AttemptStopped as exc:
             return exc.reason
         return ""
+
+
+def _nul(paths: list[str]) -> bytes:
+    return b"".join(p.encode("utf-8", errors="surrogateescape") + b"\0" for p in paths)
 
 
 def attempt_budget(attempt: Attempt) -> float:

@@ -1,4 +1,6 @@
-"""Scoring a check, by precedence: reward file -> JUnit XML -> exit code. Pure logic."""
+"""Scoring a check, by precedence: a reward file (only when the task declares that its check
+writes one) -> JUnit XML -> exit code. The sources must agree: a report that disagrees with the
+exit code fails the check. Pure logic."""
 
 from __future__ import annotations
 
@@ -22,11 +24,14 @@ class TestCase:
 @dataclass
 class Score:
     passed: bool
-    score: float
+    score: float | None  # None: the check gave no score (a declared reward file is missing)
     source: str  # reward_file | junit | exit_code
     reward: dict | None = None
     tests: list[TestCase] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    summary: str = ""  # what the outcome means, in words
+    problem: str = ""  # why the check's own results cannot be trusted, if so
+    ignored_reward_files: list[str] = field(default_factory=list)
 
     @property
     def tests_passed(self) -> int:
@@ -116,16 +121,63 @@ def junit_name(test_id: str) -> str:
     return "::".join([".".join([module, *classes]), name])
 
 
+def _failing(tests: list[TestCase], names: list[str] | None = None) -> list[str]:
+    wanted = set(names) if names is not None else None
+    return [
+        t.name
+        for t in tests
+        if t.outcome in ("failed", "error") and (wanted is None or t.name in wanted)
+    ]
+
+
+def _listed(names: list[str], limit: int = 5) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
 def score_required(tests: list[TestCase], required: list[str], notes: list[str]) -> Score:
     """Passed exactly when every required test passed (SWE-bench: FAIL_TO_PASS and
-    PASS_TO_PASS); a required test that did not run counts as not passed."""
+    PASS_TO_PASS); the score is the share of required tests that passed. A required test that
+    did not run counts as not passed."""
     outcomes = {t.name: t.outcome for t in tests}
     wanted = [junit_name(t) for t in required]
     missing = [t for t in wanted if t not in outcomes]
     if missing:
         notes.append(f"{len(missing)} required test(s) did not run: {', '.join(missing[:5])}")
     passed = sum(1 for t in wanted if outcomes.get(t) == "passed")
-    return Score(passed == len(wanted), passed / len(wanted), "junit", tests=tests, notes=notes)
+    not_passed = [t for t in wanted if outcomes.get(t) != "passed"]
+    summary = f"{passed} of {len(wanted)} required tests passed"
+    if not_passed:
+        summary += f"; not passing: {_listed(not_passed)}"
+    return Score(
+        passed == len(wanted),
+        passed / len(wanted),
+        "junit",
+        tests=tests,
+        notes=notes,
+        summary=summary,
+    )
+
+
+def disagreement(tests: list[TestCase], exit_code: int | None, *, both_ways: bool) -> str:
+    """Why a test report and the exit code of the same check contradict each other, or "".
+    Failures reported while the check exited 0 always contradict; with `both_ways` (the report
+    decides the score), so does a report of only passes from a check that exited non-zero."""
+    if exit_code is None or not tests:
+        return ""
+    failing = _failing(tests)
+    if failing and exit_code == 0:
+        return (
+            f"check results disagree: the test report has {len(failing)} failing test(s) "
+            f"({_listed(failing, 3)}) but the check exited 0"
+        )
+    ran = [t for t in tests if t.outcome != "skipped"]
+    if both_ways and ran and not failing and exit_code != 0:
+        return (
+            f"check results disagree: the test report says all {len(ran)} test(s) passed "
+            f"but the check exited {exit_code}"
+        )
+    return ""
 
 
 def score_check(
@@ -134,37 +186,114 @@ def score_check(
     timed_out: bool,
     files: dict[str, bytes],
     required: list[str] | None = None,
+    reward_file: bool = False,
+    witness: bytes | None = None,
 ) -> Score:
     """Score a finished check from its exit code and the files it wrote to its output folder.
-    With `required` test ids, the JUnit report decides: all of them must pass."""
+
+    - `reward_file`: the task declares that its check writes reward.txt or reward.json, which
+      then decides; one that is missing or unreadable fails the check with no score. Without
+      it, a reward file is ignored and reported.
+    - `required` test ids: the JUnit report decides, all of them must pass.
+    - `witness`: the JUnit report Boltz asked pytest for, when the task's command wrote none:
+      per-test outcomes, and a second witness beside the exit code.
+    """
     notes: list[str] = []
+    present = [name for name in (REWARD_JSON, REWARD_TXT) if name in files]
+    ignored = [] if reward_file else present
+    if ignored:
+        notes.append(
+            f"ignored {', '.join(ignored)}: the task does not declare that its check writes one"
+        )
+    score = _score(exit_code, timed_out, files, required, reward_file, witness, notes)
+    score.ignored_reward_files = ignored
+    if score.problem:
+        score.passed = False
+        if score.score is not None:
+            score.score = 0.0
+        score.summary = score.problem
+    return score
+
+
+def _score(exit_code, timed_out, files, required, reward_file, witness, notes) -> Score:
     if timed_out:
-        return Score(False, 0.0, "exit_code", notes=["the check timed out"])
+        return Score(
+            False,
+            0.0,
+            "exit_code",
+            notes=["the check timed out"],
+            summary="the check ran past its time limit",
+        )
     junit = junit_files(files)
+    if not junit and witness:
+        junit = [("pytest report collected by Boltz", witness)]
+        own_report = False
+    else:
+        own_report = bool(junit)
     if required:
         if not junit:
             notes.append("the check wrote no JUnit report, so no required test passed")
-        return score_required(_collect_tests(junit, notes), required, notes)
-    for name, parse in ((REWARD_JSON, parse_reward_json), (REWARD_TXT, parse_reward_txt)):
-        if name in files:
-            try:
-                result = parse(files[name])
-            except ScoringError as exc:
-                notes.append(f"ignored {exc}")
-                continue
-            result.notes = notes
-            if junit:
-                result.tests = _collect_tests(junit, notes)
-            return result
-    if junit:
-        junit_score = Score(False, 0.0, "junit", tests=_collect_tests(junit, notes), notes=notes)
-        if junit_score.tests_counted:
-            junit_score.score = junit_score.tests_passed / junit_score.tests_counted
-            junit_score.passed = junit_score.tests_passed == junit_score.tests_counted
-            return junit_score
+        result = score_required(_collect_tests(junit, notes), required, notes)
+        result.problem = disagreement(result.tests, exit_code, both_ways=True)
+        return result
+    if reward_file:
+        tests = _collect_tests(junit, notes)
+        for name, parse in ((REWARD_JSON, parse_reward_json), (REWARD_TXT, parse_reward_txt)):
+            if name in files:
+                try:
+                    result = parse(files[name])
+                except ScoringError as exc:
+                    notes.append(f"ignored {exc}")
+                    continue
+                result.notes, result.tests = notes, tests
+                result.summary = f"reward {result.score:g} from {name}"
+                return result
+        why = (
+            "an unreadable reward file"
+            if any(n in files for n in (REWARD_JSON, REWARD_TXT))
+            else "no reward file"
+        )
+        return Score(
+            False,
+            None,
+            "reward_file",
+            tests=tests,
+            notes=notes,
+            problem=f"the check wrote {why}, and the task declares that it writes one",
+        )
+    tests = _collect_tests(junit, notes)
+    counted = [t for t in tests if t.outcome != "skipped"]
+    if own_report and counted:
+        passed = sum(1 for t in counted if t.outcome == "passed")
+        failing = _failing(tests)
+        summary = f"{passed} of {len(counted)} tests passed"
+        if failing:
+            summary += f"; failing: {_listed(failing)}"
+        return Score(
+            passed == len(counted),
+            passed / len(counted),
+            "junit",
+            tests=tests,
+            notes=notes,
+            summary=summary,
+            problem=disagreement(tests, exit_code, both_ways=True),
+        )
+    if own_report:
         notes.append("the JUnit report holds no test that ran; scored by exit code")
     passed = exit_code == 0
-    return Score(passed, 1.0 if passed else 0.0, "exit_code", notes=notes)
+    failing = _failing(tests)
+    summary = f"the check exited {exit_code}" + (
+        f"; failing: {_listed(failing)}" if failing else ""
+    )
+    return Score(
+        passed,
+        1.0 if passed else 0.0,
+        "exit_code",
+        tests=tests,
+        notes=notes,
+        summary=summary,
+        problem=disagreement(tests, exit_code, both_ways=False),
+    )
 
 
 def junit_files(files: dict[str, bytes]) -> list[tuple[str, bytes]]:

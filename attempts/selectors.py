@@ -27,15 +27,24 @@ def attempt_or_404(pk, *, diff: bool = False) -> Attempt:
     return get_object_or_404(attempts if diff else attempts.defer("diff"), pk=pk)
 
 
+def attempt_label(attempt: Attempt) -> str:
+    """How the command line names an attempt: both references it accepts, `fix-add#3 (id 17)`."""
+    return f"{attempt.task.slug}#{attempt.number} (id {attempt.pk})"
+
+
 def attempts_summary(attempts: QuerySet[Attempt]) -> str:
     """A plain-text table of attempts, then counts by outcome and the mean score."""
-    rows = list(attempts.select_related("task").order_by("number"))
-    lines = [f"{'attempt':>8}  {'status':<9} {'outcome':<14} {'score':>6} {'secs':>7}  reason"]
-    for a in rows:
+    rows = list(attempts.select_related("task").order_by("task__slug", "number"))
+    labels = [attempt_label(a) for a in rows]
+    width = max([len("attempt"), *map(len, labels)])
+    lines = [
+        f"{'attempt':<{width}}  {'status':<9} {'outcome':<14} {'score':>6} {'secs':>7}  reason"
+    ]
+    for a, label in zip(rows, labels, strict=True):
         score = "" if a.score is None else f"{a.score:.2f}"
         secs = "" if a.duration is None else f"{a.duration:.1f}"
         lines.append(
-            f"{'#' + str(a.number):>8}  {a.status:<9} {a.outcome or '-':<14} "
+            f"{label:<{width}}  {a.status:<9} {a.outcome or '-':<14} "
             f"{score:>6} {secs:>7}  {a.failure_reason[:80]}"
         )
     counts = Counter(a.outcome or a.status for a in rows)

@@ -5,9 +5,25 @@ A task that fails either half cannot be checked honestly: its numbers would mean
 
 from __future__ import annotations
 
+import re
+
 from django.db import transaction
 
 from .models import DONE_STATUSES, Attempt, Outcome, Task
+
+# Lines that say what went wrong, best first: an exception with its message, then the
+# markers test runners and compilers print.
+_ERROR_LINES = (
+    re.compile(r"^(?:E\s{2,})?[\w.]*(?:Error|Exception|Exit|Interrupt)\b(?::|$)"),
+    re.compile(r"^E\s{2,}\S"),
+    re.compile(r"\b(?:error|ERROR|Error)\b\s*:|\bFAILED\b|\bFAIL\b|\bfatal:"),
+    re.compile(r"Error|Exception"),
+)
+_NOT_QUOTED = re.compile(  # says nothing by itself: a traceback's start, a truncation mark
+    r"^\s*Traceback \(most recent call last\)|^\[\.\.\. \d+ bytes omitted \.\.\.\]$"
+)
+_PYTEST_MARK = re.compile(r"^E\s{2,}")
+QUOTE_CHARS = 200
 
 
 def task_validate(*, task: Task, by: str) -> Task:
@@ -53,15 +69,36 @@ def verdict(reference: Attempt | None, noop: Attempt | None) -> tuple[str, str] 
     if problems:
         return "invalid", "; ".join(problems)
     if reference.outcome != Outcome.PASSED:
-        problems.append(
+        problem = (
             f"reference failed (#{reference.number}, {reference.outcome}): the "
             "check does not pass with the reference solution"
         )
+        check = reference.checks.order_by("created_at", "pk").only("output").last()
+        quote = first_error_line(check.output) if check is not None else ""
+        problems.append(f"{problem}: {quote}" if quote else problem)
     if noop.outcome == Outcome.PASSED:
         problems.append(f"noop passed (#{noop.number}): the check passes without any change")
     if problems:
         return "invalid", "; ".join(problems)
     return "valid", f"reference passed (#{reference.number}) and noop failed (#{noop.number})"
+
+
+def first_error_line(output: str, limit: int = QUOTE_CHARS) -> str:
+    """The line of a check's output that best says what went wrong, clipped to `limit`
+    characters: the first exception line (`ModuleNotFoundError: No module named 'x'`), else
+    the first pytest `E   ` line, `error:` or FAILED line, else the last non-empty line."""
+    lines = [line.strip() for line in output.splitlines()]
+    lines = [line for line in lines if line and not _NOT_QUOTED.match(line)]
+    if not lines:
+        return ""
+    chosen = lines[-1]
+    for pattern in _ERROR_LINES:
+        found = next((line for line in lines if pattern.search(line)), None)
+        if found is not None:
+            chosen = found
+            break
+    chosen = _PYTEST_MARK.sub("", chosen)  # pytest's "E   " is not part of the message
+    return chosen if len(chosen) <= limit else chosen[: limit - 1].rstrip() + "…"
 
 
 def refresh_validation(task_id: int) -> None:

@@ -158,6 +158,10 @@ BOLTZ_ATTEMPT_RETENTION = (
 )
 BOLTZ_RETENTION_INTERVAL = env_seconds("BOLTZ_RETENTION_INTERVAL", "1h")
 BOLTZ_MAX_WORKSPACE_BYTES = env_bytes("BOLTZ_MAX_WORKSPACE_BYTES", "256m")
+# The agent's /workspace is read out of its sandbox to record its changes: past these, the
+# changes are unavailable (and the attempt fails with that reason).
+BOLTZ_MAX_TREE_BYTES = env_bytes("BOLTZ_MAX_TREE_BYTES", "2g")
+BOLTZ_MAX_TREE_FILES = env_int("BOLTZ_MAX_TREE_FILES", 300000, minimum=1)
 CELERY_BEAT_SCHEDULE = {
     "boltz-retention-and-reaper": {
         "task": "boltz.apply_retention",

@@ -33,9 +33,14 @@ class ImportReport:
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)
+    default_image: str = ""  # set when SWE-bench rows were read without an image: this one
 
-    def lines(self) -> list[str]:
-        out = [f"created {slug}" for slug in self.created]
+    def lines(self, *, image_hint: str = "use --image to choose") -> list[str]:
+        """The report, a line each; `image_hint` says how to choose another image."""
+        out = []
+        if self.default_image:
+            out.append(f"image: {self.default_image} (the default; {image_hint})")
+        out += [f"created {slug}" for slug in self.created]
         out += [f"updated {slug}" for slug in self.updated]
         out += [f"refused {source}: {reason}" for source, reason in self.refused]
         out.append(
@@ -103,6 +108,8 @@ def _read_folder(folder: Path, **options) -> list[ImportItem]:
 
 def import_path(path: Path, **options) -> ImportReport:
     report = ImportReport()
+    if detect(path) == "swebench" and not options.get("image"):
+        report.default_image = settings.BOLTZ_DEFAULT_IMAGE  # what the rows' tasks run in
     for item in read_items(path, **options):
         if item.values is None:
             report.refused.append((item.source, item.refused))

@@ -5,7 +5,9 @@ FAIL_TO_PASS, PASS_TO_PASS (lists, or JSON strings of lists, as the published da
 The problem statement becomes the instruction, `patch` the reference, the files `test_patch`
 writes become the hidden check files, and the check passes exactly when every FAIL_TO_PASS and
 PASS_TO_PASS test passes. With no network, `repo` ("owner/name") is found as a local clone
-under the repos folder: DIR/owner__name, DIR/owner/name or DIR/name.
+under the repos folder: DIR/owner__name, DIR/owner/name or DIR/name, each a working clone or
+a bare repository, and each also with .git at the end (DIR/owner__name.git, ...). Without
+--image the tasks run in the default image, and the report says which.
 """
 
 from __future__ import annotations
@@ -88,12 +90,25 @@ def find_repo(repo: str, repos_dir: Path | None) -> Path:
             "BOLTZ_SWEBENCH_REPOS); this machine cannot fetch it",
         )
     owner, _, name = repo.partition("/")
-    candidates = [repos_dir / f"{owner}__{name}", repos_dir / owner / name, repos_dir / name]
+    if name:
+        places = [repos_dir / f"{owner}__{name}", repos_dir / owner / name, repos_dir / name]
+    else:  # no owner given: the name alone
+        places = [repos_dir / owner]
+    candidates = [p for place in places for p in (place, place.with_name(place.name + ".git"))]
     for candidate in candidates:
-        if (candidate / ".git").exists() or (candidate / "HEAD").is_file():
+        if _is_repository(candidate):
             return candidate
-    looked = ", ".join(str(c) for c in candidates)
-    raise TaskInvalid("repo", f"{repo} has no local clone (looked for {looked})")
+    looked = ", ".join(
+        f"{c} (there, but not a git repository)" if c.exists() else str(c) for c in candidates
+    )
+    raise TaskInvalid(
+        "repo", f"{repo} has no local clone (a clone, or a bare repository); looked for {looked}"
+    )
+
+
+def _is_repository(path: Path) -> bool:
+    """A working clone (with .git) or a bare repository (HEAD and objects/ at its top)."""
+    return (path / ".git").exists() or ((path / "HEAD").is_file() and (path / "objects").is_dir())
 
 
 def task_values(row: dict, *, repos_dir: Path | None, image: str, test_cmd: str) -> dict:

@@ -11,6 +11,7 @@ import functools
 import io
 import logging
 import queue
+import re
 import tarfile
 import threading
 import time
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 LABEL_ATTEMPT = "boltz.attempt"
 LABEL_HOST = "boltz.host"
 LABEL_INSTANCE = "boltz.instance"
+LABEL_ROLE = "boltz.role"
 # Seconds past a command's own timeout before the host steps in and kills every process.
 HOST_GRACE = 5.0
 
@@ -122,6 +124,11 @@ def container_labels(attempt_id: int) -> dict[str, str]:
     }
 
 
+# The cgroup file that counts out-of-memory kills, for cgroup v2 and v1.
+_OOM_FILES = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
+_OOM_KILL = re.compile(rb"^oom_kill (\d+)$", re.MULTILINE)
+
+
 @docker_call
 def list_sandboxes(*, all_hosts: bool = False, any_instance: bool = False) -> list[dict]:
     """Containers made by this Boltz instance (on this host unless all_hosts)."""
@@ -181,10 +188,13 @@ class SandboxSpec:
     pids_limit: int
     network: bool = False
     environment: dict[str, str] | None = None
+    # "agent": the attempt's own sandbox; "check": the fresh container its check runs in.
+    role: str = "agent"
 
     @property
     def name(self) -> str:
-        return f"{settings.BOLTZ_INSTANCE}-{settings.BOLTZ_HOST}-attempt-{self.attempt_id}"
+        suffix = "" if self.role == "agent" else f"-{self.role}"
+        return f"{settings.BOLTZ_INSTANCE}-{settings.BOLTZ_HOST}-attempt-{self.attempt_id}{suffix}"
 
 
 @dataclass
@@ -213,7 +223,10 @@ class Sandbox:
             command=["sleep", "infinity"],
             name=spec.name,
             hostname="sandbox",
-            user=f"{SANDBOX_UID}:{SANDBOX_UID}",
+            # The init and its `sleep` run as root (with no capabilities), every command as
+            # the sandbox user: an agent cannot signal the init, so it cannot end its own
+            # sandbox and have that read as an infrastructure fault.
+            user="0:0",
             working_dir="/workspace",
             environment=spec.environment or {},
             network_mode=settings.BOLTZ_SANDBOX_NETWORK if spec.network else "none",
@@ -224,7 +237,7 @@ class Sandbox:
             nano_cpus=int(spec.cpus * 1e9),
             pids_limit=spec.pids_limit,
             init=True,
-            labels=container_labels(spec.attempt_id),
+            labels={**container_labels(spec.attempt_id), LABEL_ROLE: spec.role},
             detach=True,
         )
         return cls(container.id)
@@ -242,13 +255,41 @@ class Sandbox:
         remove_container(self.id)
 
     @docker_call
-    def kill_all_processes(self) -> None:
-        """End every process in the sandbox (escaped daemons included); files stay as they are."""
+    def halt(self) -> None:
+        """End every process in the sandbox at once (escaped daemons included) and leave it
+        stopped; its files stay as they are and can still be read."""
         api = client().api
         with contextlib.suppress(docker.errors.APIError):
             api.kill(self.id)
         api.wait(self.id, timeout=30)
-        api.start(self.id)
+
+    @docker_call
+    def kill_all_processes(self) -> None:
+        """End every process in the sandbox and start it again with only its init."""
+        self.halt()
+        client().api.start(self.id)
+
+    @docker_call
+    def oom_kills(self) -> int | None:
+        """How many processes the kernel has killed in this sandbox for want of memory (from
+        its cgroup, read as root: no agent can write it). None if it cannot be read."""
+        api = client().api
+        try:
+            exec_id = api.exec_create(
+                self.id, ["cat", *_OOM_FILES], stdout=True, stderr=False, user="0:0"
+            )["Id"]
+            output = api.exec_start(exec_id, stream=False, demux=False) or b""
+        except docker.errors.APIError:
+            return None
+        found = _OOM_KILL.search(output)
+        return int(found.group(1)) if found else None
+
+    def stopped_by_oom(self) -> bool:
+        """A container that is no longer running: did the kernel kill it for memory?"""
+        try:
+            return bool(self.state().get("OOMKilled"))
+        except SandboxGone:
+            return False
 
     def state(self) -> dict:
         info = inspect_container(self.id)
@@ -311,6 +352,7 @@ class Sandbox:
         on_output: Callable[[str, bytes], None],
         on_tick: Callable[[], None] | None = None,
         environment: dict[str, str] | None = None,
+        user: str = f"{SANDBOX_UID}:{SANDBOX_UID}",
     ) -> ExecResult:
         """Run a command with a hard timeout, streaming (stream, bytes) to on_output.
 
@@ -326,7 +368,7 @@ class Sandbox:
             wrapped,
             stdout=True,
             stderr=True,
-            user=f"{SANDBOX_UID}:{SANDBOX_UID}",
+            user=user,
             workdir="/workspace",
             environment=environment or {},
         )["Id"]

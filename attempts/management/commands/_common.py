@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import re
 from datetime import UTC, datetime
 
 from django.core.management.base import CommandError
@@ -36,6 +37,66 @@ def task_or_error(slug: str):
     if task is None:
         raise CommandError(f"no task {slug!r}; load one with `manage.py load_task DIR`")
     return task
+
+
+ATTEMPT_REF_HELP = "an attempt: its id (17) or TASK#N, the task's slug and its number (fix-add#3)"
+_TASK_REF = re.compile(r"^(?P<slug>[-\w]+)\s*#\s*(?P<number>\d+)$")
+
+
+def attempts_or_error(refs: list[str]):
+    """The attempts these references name, in the same order: each is a global attempt id
+    (`17`) or TASK#N (`fix-add#3`, as pages and summaries show it). Every reference that names
+    no attempt is reported at once in a CommandError that says why."""
+    from attempts.models import Attempt, Task
+
+    found, problems = [], []
+    for ref in refs:
+        text = str(ref).strip()
+        if text.isdigit():
+            attempt = Attempt.objects.select_related("task").filter(pk=int(text)).first()
+            if attempt is None:
+                problems.append(f"no attempt {text} (unknown, or deleted)")
+            else:
+                found.append(attempt)
+            continue
+        match = _TASK_REF.match(text)
+        if match is None:
+            problems.append(f"{text!r} is not an attempt: use its id (17) or TASK#N (fix-add#3)")
+            continue
+        slug, number = match["slug"], int(match["number"])
+        task = Task.objects.filter(slug=slug).first()
+        if task is None:
+            problems.append(f"no attempt {slug}#{number}: there is no task {slug!r}")
+            continue
+        attempt = task.attempts.select_related("task").filter(number=number).first()
+        if attempt is None:
+            numbers = list(task.attempts.order_by("number").values_list("number", flat=True))
+            has = f"has attempts {_number_ranges(numbers)}" if numbers else "has no attempts"
+            problems.append(f"no attempt {slug}#{number}: task {slug} {has}")
+            continue
+        found.append(attempt)
+    if problems:
+        raise CommandError("; ".join(problems))
+    return found
+
+
+def attempt_or_error(ref: str):
+    """The attempt one reference names (see attempts_or_error), or a CommandError."""
+    return attempts_or_error([ref])[0]
+
+
+def _number_ranges(numbers: list[int], most: int = 8) -> str:
+    """Sorted attempt numbers as runs: [1, 2, 3, 5] -> '#1..#3, #5' (at most `most` runs)."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    parts = [f"#{a}" if a == b else f"#{a}..#{b}" for a, b in runs]
+    if len(parts) > most:
+        parts = [*parts[: most - 1], "...", parts[-1]]
+    return ", ".join(parts)
 
 
 def open_output(path: str):

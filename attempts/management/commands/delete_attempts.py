@@ -4,8 +4,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from attempts.deletion import attempt_delete, sandbox_delete, task_delete
 from attempts.models import Attempt, Outcome, SandboxState, Status
+from attempts.selectors import attempt_label
 
-from ._common import cli_actor, parse_date, task_or_error
+from ._common import attempts_or_error, cli_actor, parse_date, task_or_error
 
 
 class Command(BaseCommand):
@@ -15,7 +16,9 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("ids", nargs="*", type=int, help="attempt ids")
+        parser.add_argument(
+            "ids", nargs="*", metavar="ATTEMPT", help="attempt ids (17) or TASK#N (fix-add#3)"
+        )
         parser.add_argument("--task", help="attempts of this task (slug)")
         parser.add_argument("--outcome", choices=Outcome.values)
         parser.add_argument("--agent")
@@ -55,13 +58,7 @@ class Command(BaseCommand):
             raise CommandError("name attempt ids or at least one filter (--task, --outcome, ...)")
         attempts = Attempt.objects.select_related("task")
         if ids:
-            found = set(attempts.filter(pk__in=ids).values_list("pk", flat=True))
-            missing = sorted(set(ids) - found)
-            if missing:
-                raise CommandError(
-                    f"no attempt {', '.join(map(str, missing))} (unknown, or deleted)"
-                )
-            attempts = attempts.filter(pk__in=ids)
+            attempts = attempts.filter(pk__in=[a.pk for a in attempts_or_error(ids)])
         task_obj = None
         if task:
             task_obj = task_or_error(task)
@@ -75,8 +72,8 @@ class Command(BaseCommand):
         what = "sandbox of" if sandbox_only else "attempt"
         for a in chosen:
             self.stdout.write(
-                f"{'would delete' if dry_run else 'deleting'} {what} {a.pk} "
-                f"({a}, {a.outcome or a.status})"
+                f"{'would delete' if dry_run else 'deleting'} {what} {attempt_label(a)}: "
+                f"{a.outcome or a.status}"
             )
         if whole_task and not (task_obj and not ids and not any(filters.values()) and not before):
             raise CommandError("--whole-task goes with --task alone")

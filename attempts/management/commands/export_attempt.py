@@ -1,22 +1,20 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
-from attempts.models import Attempt
+from attempts.selectors import attempt_label
 from attempts.services import attempt_export
 
-from ._common import cli_actor, open_output
+from ._common import ATTEMPT_REF_HELP, attempt_or_error, cli_actor, open_output
 
 
 class Command(BaseCommand):
     help = "Write an attempt's bundle (zip: timeline, patch, check, outputs, workspace)."
 
     def add_arguments(self, parser):
-        parser.add_argument("attempt_id", type=int)
+        parser.add_argument("attempt", help=ATTEMPT_REF_HELP)
         parser.add_argument("-o", "--output", required=True, help="zip file to write, or -")
 
-    def handle(self, *args, attempt_id, output, **options):
-        attempt = Attempt.objects.select_related("task").filter(pk=attempt_id).first()
-        if attempt is None:
-            raise CommandError(f"no attempt {attempt_id} (unknown, or deleted)")
+    def handle(self, *args, attempt, output, **options):
+        attempt = attempt_or_error(attempt)
         out = open_output(output)
         size = 0
         try:
@@ -27,4 +25,4 @@ class Command(BaseCommand):
             if out is not None and output != "-":
                 out.close()
         if output != "-":
-            self.stdout.write(f"wrote {output} ({size} bytes): {attempt}")
+            self.stdout.write(f"wrote {output} ({size} bytes): {attempt_label(attempt)}")

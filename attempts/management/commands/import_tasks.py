@@ -1,5 +1,6 @@
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from attempts.errors import TaskInvalid
@@ -18,10 +19,14 @@ class Command(BaseCommand):
             "--repos",
             type=Path,
             help="SWE-bench: folder of local clones "
-            "(owner__name, owner/name or name); default BOLTZ_SWEBENCH_REPOS",
+            "(owner__name, owner/name or name, clones or bare repositories, with or without "
+            ".git at the end); default BOLTZ_SWEBENCH_REPOS",
         )
         parser.add_argument(
-            "--image", default="", help="SWE-bench: the image (default: the default sandbox image)"
+            "--image",
+            default="",
+            help=f"SWE-bench: the image (default: {settings.BOLTZ_DEFAULT_IMAGE}, the default "
+            "sandbox image)",
         )
         parser.add_argument(
             "--test-cmd",

@@ -6,7 +6,7 @@ from tqdm import tqdm
 
 from attempts.errors import TaskInvalid
 from attempts.models import DONE_STATUSES, Attempt
-from attempts.selectors import attempts_summary
+from attempts.selectors import attempt_label, attempts_summary
 from attempts.services import attempts_create
 
 from ._common import task_or_error
@@ -54,7 +54,7 @@ class Command(BaseCommand):
         ids = [a.pk for a in created]
         self.stdout.write(
             f"enqueued {n} attempt(s) of {task_obj.slug} with agent {agent}: "
-            + ", ".join(f"#{a.number}" for a in created)
+            + ", ".join(attempt_label(a) for a in created)
         )
         if no_wait:
             return

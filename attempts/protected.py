@@ -1,0 +1,192 @@
+"""Protected paths: globs over /workspace that are reset to the base before every check, so an
+agent cannot pass by editing the tests or what configures the test runner. Pure logic.
+
+A pattern is a path relative to /workspace. `*`, `?` and `[...]` match within one folder name;
+a `**` segment matches any number of folders (none included). A pattern that matches a folder
+protects everything in it. `**/conftest.py` protects every conftest.py; `tests` the whole tests
+folder.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+# Protected for every task: what pytest reads before it runs a test (conftest files, its
+# configuration files, a module that shadows pytest or its plugins, interpreter start-up hooks)
+# and compiled files that could stand in for a test module.
+DEFAULT_PROTECTED = (
+    "**/conftest.py",
+    "pytest.ini",
+    ".pytest.ini",
+    "tox.ini",
+    "setup.cfg",
+    "pyproject.toml",
+    "**/pytest.py",
+    "**/_pytest",
+    "**/py.py",
+    "**/pluggy",
+    "**/sitecustomize.py",
+    "**/usercustomize.py",
+    "**/__pycache__",
+    "**/*.pyc",
+    "**/*.pyo",
+)
+
+
+class PatternError(ValueError):
+    """A protected-path pattern that cannot be used; the message says why."""
+
+
+def check_pattern(pattern: str) -> str:
+    """The pattern, cleaned (no trailing slash), or PatternError saying what is wrong."""
+    if not isinstance(pattern, str) or not pattern.strip():
+        raise PatternError("a pattern must be a non-empty path")
+    text = pattern.strip()
+    if "\x00" in text or "\\" in text or "\n" in text:
+        raise PatternError(f"{pattern!r} holds a NUL, a backslash or a newline")
+    if text.startswith("/"):
+        raise PatternError(f"{pattern!r} is absolute: give a path relative to /workspace")
+    text = text.rstrip("/")
+    segments = text.split("/")
+    for segment in segments:
+        if segment in ("", ".", ".."):
+            raise PatternError(f"{pattern!r} has an empty, '.' or '..' folder name")
+        if "**" in segment and segment != "**":
+            raise PatternError(f"{pattern!r}: '**' must be a whole folder name ('a/**/b')")
+        if segment.count("[") != segment.count("]"):
+            raise PatternError(f"{pattern!r} has an unclosed '['")
+    if all(segment in ("*", "**") for segment in segments):
+        raise PatternError(f"{pattern!r} would protect the whole tree")
+    return text
+
+
+def _segment_regex(segment: str) -> str:
+    """One folder name's glob as a regex that never crosses a '/'."""
+    out, i = [], 0
+    while i < len(segment):
+        char = segment[i]
+        if char == "*":
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif char == "[":
+            end = segment.index("]", i + 1)
+            body = segment[i + 1 : end]
+            if body.startswith("!"):
+                body = "^" + body[1:]
+            out.append("[" + body.replace("\\", "\\\\").replace("/", "") + "]")
+            i = end
+        else:
+            out.append(re.escape(char))
+        i += 1
+    return "".join(out)
+
+
+def _compile(pattern: str) -> re.Pattern:
+    segments = pattern.split("/")
+    while segments and segments[-1] == "**":  # 'tests/**' is the tests folder
+        segments.pop()
+    regex = ""
+    for i, segment in enumerate(segments):
+        last = i == len(segments) - 1
+        if segment == "**":
+            regex += "(?:[^/]+/)*"
+        else:
+            regex += _segment_regex(segment) + ("" if last else "/")
+    # The pattern names a path or one of its folders: match it, or anything inside it.
+    return re.compile("(?s:" + regex + ")(?:/.*)?\\Z")
+
+
+@dataclass(frozen=True)
+class Protection:
+    """The protected paths of a task: patterns and literal paths (hidden check files)."""
+
+    patterns: tuple[str, ...]
+    literal: frozenset[str] = frozenset()
+
+    def __post_init__(self):
+        object.__setattr__(self, "_regexes", tuple(_compile(p) for p in self.patterns))
+
+    def covers(self, path: str) -> bool:
+        if path in self.literal or any(path.startswith(p + "/") for p in self.literal):
+            return True
+        return any(regex.match(path) for regex in self._regexes)  # type: ignore[attr-defined]
+
+    def select(self, paths: Iterable[str]) -> list[str]:
+        return sorted(p for p in paths if self.covers(p))
+
+
+def protection_for(
+    protected_paths: Iterable[str], hidden_paths: Iterable[str] = (), removed: Iterable[str] = ()
+) -> Protection:
+    """Every task's defaults, the task's own patterns, its hidden check files and the paths its
+    check removes."""
+    patterns = tuple(dict.fromkeys([*DEFAULT_PROTECTED, *protected_paths]))
+    return Protection(patterns, frozenset([*hidden_paths, *removed]))
+
+
+def changes_to(
+    protection: Protection,
+    *,
+    base: dict[str, str],
+    final: dict[str, str],
+    ignored: Iterable[str] = (),
+) -> list[dict]:
+    """What the agent did to protected paths: base and final map path -> a content id (mode and
+    object id); `ignored` are files in the agent's tree that .gitignore kept out of `final`.
+    Returns [{path, change}] with change one of added, modified, deleted, added (ignored)."""
+    report = []
+    for path in protection.select(set(base) | set(final)):
+        if path not in final:
+            report.append({"path": path, "change": "deleted"})
+        elif path not in base:
+            report.append({"path": path, "change": "added"})
+        elif base[path] != final[path]:
+            report.append({"path": path, "change": "modified"})
+    for path in protection.select(set(ignored) - set(base)):
+        report.append({"path": path, "change": "added (ignored by .gitignore)"})
+    return sorted(report, key=lambda r: r["path"])
+
+
+@dataclass
+class ResetPlan:
+    """How to reset the protected paths of a tree: `remove` these paths (with `folders`, the
+    removed folders, and `parents`, the folders they sit in, made writable first), then put
+    the base's version of `restore` back."""
+
+    remove: list[str]
+    restore: list[str]
+    parents: list[str]
+    folders: list[str]
+
+
+def _ancestors(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def reset_plan(
+    protection: Protection,
+    *,
+    entries: dict[str, str],
+    base: Iterable[str],
+    targets: Iterable[str] = (),
+) -> ResetPlan:
+    """`entries`: the tree as it is now (path -> file, dir, link or other); `base`: the base's
+    files; `targets`: paths about to be written (hidden check files) or removed. Everything
+    protected is removed, and so is anything in the way of a path to write: a link or a file
+    where a folder should be, a folder where a file should be."""
+    restore = protection.select(base)
+    remove = {path for path in entries if protection.covers(path)}
+    for target in {*restore, *targets}:
+        for ancestor in _ancestors(target):
+            if entries.get(ancestor, "dir") != "dir":
+                remove.add(ancestor)
+        if entries.get(target) == "dir":
+            remove.add(target)
+    minimal = sorted(p for p in remove if not any(a in remove for a in _ancestors(p)))
+    parents = sorted({a for p in minimal for a in _ancestors(p) if entries.get(a) == "dir"})
+    folders = [p for p in minimal if entries.get(p) == "dir"]
+    return ResetPlan(minimal, restore, parents, folders)
