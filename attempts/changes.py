@@ -23,7 +23,7 @@ from pathlib import Path
 
 from . import repos
 from .protected import Protection, changes_to
-from .workspace import ChunkReader, safe_relative, sandbox_owned
+from .workspace import ChunkReader, sandbox_owned
 
 PREFIX = "workspace/"
 # Attributes in the tree could convert line endings or hide content as it is recorded: every
@@ -86,9 +86,9 @@ def read_tree(
                 rel = member.name[len(PREFIX) :].rstrip("/")
                 if not rel:
                     continue
-                if safe_relative(rel) != rel:
-                    raise ChangesUnavailable(f"the workspace holds an unsafe path: {rel[:200]!r}")
                 parts = rel.split("/")
+                if rel.startswith("/") or "\0" in rel or {"", ".", ".."} & set(parts):
+                    raise ChangesUnavailable(f"the workspace holds an unsafe path: {rel[:200]!r}")
                 if ".git" in parts:
                     if git_ok and _agent_git_member(parts):
                         git_bytes += member.size
@@ -297,26 +297,20 @@ def checked_tree(
     """The base with exactly `patch` applied, written to a folder: (folder, its file paths).
     Raises ChangesUnavailable if the patch does not apply to the base."""
     where = scratch / "checked-repo"
-    where.mkdir()
-    env = _scratch_repository(base_git, where, None)
     out = scratch / "checked"
+    where.mkdir()
+    out.mkdir()
+    env = _scratch_repository(base_git, where, out)
     try:
-        _run("read-tree", base_commit, env=env, cwd=where)
+        _run("read-tree", base_commit, env=env, cwd=out)
         if patch is not None and patch.stat().st_size:
             _run(
-                "apply",
-                "--cached",
-                "--binary",
-                "--whitespace=nowarn",
-                str(patch),
-                env=env,
-                cwd=where,
+                "apply", "--cached", "--binary", "--whitespace=nowarn", str(patch), env=env, cwd=out
             )
-        _run("checkout-index", "--all", "--force", f"--prefix={out}/", env=env, cwd=where)
-        paths = listing(env, where)
+        _run("checkout-index", "--all", "--force", env=env, cwd=out)
+        paths = listing(env, out)
     except repos.GitError as exc:
         raise ChangesUnavailable(f"the recorded changes do not apply to the base: {exc}") from exc
-    out.mkdir(exist_ok=True)
     return out, paths
 
 

@@ -55,11 +55,19 @@ def check_pattern(pattern: str) -> str:
             raise PatternError(f"{pattern!r} has an empty, '.' or '..' folder name")
         if "**" in segment and segment != "**":
             raise PatternError(f"{pattern!r}: '**' must be a whole folder name ('a/**/b')")
-        if segment.count("[") != segment.count("]"):
-            raise PatternError(f"{pattern!r} has an unclosed '['")
+        if segment != "**":
+            try:
+                re.compile(_segment_regex(segment))
+            except (PatternError, re.error):
+                raise PatternError(f"{pattern!r} has an unclosed or empty '[...]'") from None
     if all(segment in ("*", "**") for segment in segments):
         raise PatternError(f"{pattern!r} would protect the whole tree")
     return text
+
+
+def glob_literal(path: str) -> str:
+    """A pattern that matches exactly `path` (its glob characters escaped)."""
+    return re.sub(r"([*?\[])", r"[\1]", path)
 
 
 def _segment_regex(segment: str) -> str:
@@ -72,11 +80,15 @@ def _segment_regex(segment: str) -> str:
         elif char == "?":
             out.append("[^/]")
         elif char == "[":
-            end = segment.index("]", i + 1)
-            body = segment[i + 1 : end]
-            if body.startswith("!"):
-                body = "^" + body[1:]
-            out.append("[" + body.replace("\\", "\\\\").replace("/", "") + "]")
+            start = i + 1
+            negate = segment[start : start + 1] == "!"
+            start += negate
+            first = start + (segment[start : start + 1] == "]")  # a ']' first is literal
+            end = segment.find("]", first)
+            if end < 0:
+                raise PatternError(f"{segment!r} has an unclosed '['")
+            body = "".join("\\" + c if c in "\\[]^" else c for c in segment[start:end])
+            out.append("[" + ("^" if negate else "") + body + "]")
             i = end
         else:
             out.append(re.escape(char))

@@ -567,6 +567,7 @@ class AttemptRunner:
             ],
             timeout=120,
             live=False,
+            sandbox=sandbox,
             display=f"reset {len(plan.restore)} protected path(s) to the base, "
             f"remove {len(plan.remove)}, restore {len(hidden)} hidden check file(s)",
         )
@@ -588,6 +589,7 @@ class AttemptRunner:
                 ["/bin/sh", "-c", _RESET_SCRIPT, "boltz-reset", lists],
                 timeout=120,
                 live=False,
+                sandbox=sandbox,
                 display=f"remove {len(task.check_removed_paths)} path(s) the check removes",
             )
         self.timeline.add(

@@ -17,7 +17,7 @@ from .env_values import parse_bytes
 from .errors import TaskInvalid
 from .models import Task
 from .reaper import known_images
-from .taskdirs import check_reference_applies
+from .taskdirs import check_reference_applies, protected_patterns
 
 
 class MultipleFileInput(forms.ClearableFileInput):
@@ -69,6 +69,14 @@ class TaskAdminForm(forms.ModelForm):
     )
     reference_upload = forms.FileField(required=False, label="Reference patch file")
     memory = forms.CharField(initial="1g", help_text="Memory and swap, e.g. 512m, 2g.")
+    protected = forms.CharField(
+        required=False,
+        label="Protected paths",
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 100}),
+        help_text="Globs under /workspace, one a line (tests/**, src/fixtures/*.json), reset to "
+        "the base before every check. Every task also protects conftest.py files and pytest's "
+        "configuration files.",
+    )
 
     class Meta:
         model = Task
@@ -81,6 +89,8 @@ class TaskAdminForm(forms.ModelForm):
             "image",
             "setup_command",
             "check_command",
+            "check_mode",
+            "reward_file",
             "reference_patch",
             "setup_timeout",
             "agent_timeout",
@@ -111,6 +121,7 @@ class TaskAdminForm(forms.ModelForm):
             + (", ".join(images) if images else "no worker has reported its images yet")
         )
         if self.instance.pk:
+            self.fields["protected"].initial = "\n".join(self.instance.protected_paths)
             self.fields["memory"].initial = f"{self.instance.memory_bytes // (1024 * 1024)}m"
             paths = self.instance.check_file_paths
             self.fields["check_uploads"].help_text += (
@@ -131,6 +142,12 @@ class TaskAdminForm(forms.ModelForm):
         if value < 16 * 1024 * 1024:
             raise forms.ValidationError("give at least 16m")
         return value
+
+    def clean_protected(self):
+        try:
+            return protected_patterns(self.cleaned_data["protected"].splitlines())
+        except TaskInvalid as exc:
+            raise forms.ValidationError(exc.message) from None
 
     def clean_check_command(self):
         command = self.cleaned_data["check_command"].strip()
@@ -228,6 +245,7 @@ class TaskAdminForm(forms.ModelForm):
         task.repo_url = data["repo_url"]
         task.base_commit = data["base_commit"]
         task.memory_bytes = data["memory"]
+        task.protected_paths = data.get("protected", [])
         if "check_files" in data:
             task.check_files, task.check_file_paths = data["check_files"], data["check_file_paths"]
         if commit:

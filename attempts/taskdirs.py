@@ -16,6 +16,7 @@ from . import repos
 from .env_values import parse_bytes, parse_seconds
 from .errors import TaskInvalid
 from .models import Task
+from .protected import PatternError, check_pattern
 from .sandbox import runtime
 
 TASK_FILE = "task.toml"
@@ -24,7 +25,20 @@ REFERENCE_FILE = "solution.patch"
 INSTRUCTION_FILE = "instruction.md"
 MAX_CHECK_FILES_BYTES = 64 * 1024 * 1024
 
-_TOP_KEYS = {"slug", "title", "instruction", "image", "setup", "check", "repository", "limits"}
+_TOP_KEYS = {
+    "slug",
+    "title",
+    "instruction",
+    "image",
+    "setup",
+    "check",
+    "check_mode",
+    "protected_paths",
+    "reward_file",
+    "repository",
+    "limits",
+}
+CHECK_MODES = ("fresh", "in_place")
 _REPO_KEYS = {"path", "url", "ref"}
 _LIMIT_KEYS = {
     "agent_timeout",
@@ -49,6 +63,21 @@ def require_image(image: str, *, field: str = "image", hint: str = "") -> str:
             )
         raise TaskInvalid(field, f"{name} is not on this Docker host ({hint})")
     return name
+
+
+def protected_patterns(patterns, *, field: str = "protected_paths") -> list[str]:
+    """Protected-path globs, checked: TaskInvalid(field) names the first bad one and why."""
+    if not isinstance(patterns, list | tuple) or not all(isinstance(p, str) for p in patterns):
+        raise TaskInvalid(field, "must be a list of path globs")
+    cleaned = []
+    for pattern in patterns:
+        if not pattern.strip():
+            continue
+        try:
+            cleaned.append(check_pattern(pattern))
+        except PatternError as exc:
+            raise TaskInvalid(field, str(exc)) from None
+    return list(dict.fromkeys(cleaned))
 
 
 def _unknown(table: dict, allowed: set[str], where: str) -> None:
@@ -133,6 +162,13 @@ def read_task_dir(directory: Path) -> dict:
 
     image = str(spec.get("image", ""))
     require_image(image)
+    check_mode = spec.get("check_mode", "fresh")
+    if check_mode not in CHECK_MODES:
+        raise TaskInvalid("check_mode", f"{check_mode!r}: expected one of {', '.join(CHECK_MODES)}")
+    protected = protected_patterns(spec.get("protected_paths", []))
+    reward_file = spec.get("reward_file", False)
+    if not isinstance(reward_file, bool):
+        raise TaskInvalid("reward_file", f"{reward_file!r}: expected true or false")
 
     check_files, check_paths = b"", []
     check_dir = directory / CHECK_FOLDER
@@ -155,6 +191,9 @@ def read_task_dir(directory: Path) -> dict:
         "image": image,
         "setup_command": setup,
         "check_command": check,
+        "check_mode": check_mode,
+        "protected_paths": protected,
+        "reward_file": reward_file,
         "check_files": check_files,
         "check_file_paths": check_paths,
         "reference_patch": reference,

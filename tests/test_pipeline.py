@@ -37,7 +37,7 @@ def test_reference_passes_and_noop_fails(worker, load_example, example, noop_sco
     for attempt in (reference, noop):
         assert attempt.sandbox_state == SandboxState.STOPPED
         assert attempt.failure_reason == ""
-        assert set(attempt.timings) == {"start", "work", "check", "total"}
+        assert set(attempt.timings) == {"start", "work", "record", "check", "total"}
 
 
 def test_junit_check_keeps_per_test_outcomes(worker, load_example):
@@ -200,7 +200,8 @@ def test_container_security_settings_follow_the_sandbox_rules(worker, load_examp
     assert host["NanoCpus"] == 500_000_000
     assert host["PidsLimit"] == 128
     assert host["Init"] is True
-    assert info["Config"]["User"] == "1000:1000"
+    # The init runs as root, out of the agent's reach; every command as the sandbox user.
+    assert info["Config"]["User"] == "0:0"
     labels = info["Config"]["Labels"]
     assert labels["boltz.attempt"] == str(attempt.pk)
     assert labels["boltz.host"] == settings.BOLTZ_HOST
@@ -240,12 +241,15 @@ def test_setup_runs_before_the_agent_and_a_reward_file_decides_the_score(worker,
         "fix-add",
         setup_command="echo prepared > .setup-done",
         check_command="test -f .setup-done && echo 0.25 > $BOLTZ_CHECK_DIR/reward.txt; exit 1",
+        reward_file=True,
     )
     attempt = wait_finished([attempt_create(task=task, agent="noop")])[0]
     check = attempt.checks.get()
     assert (check.source, check.score, check.exit_code) == ("reward_file", 0.25, 1)
     assert attempt.outcome == Outcome.FAILED and attempt.score == 0.25
     assert exec_end(attempt, "setup")["exit_code"] == 0
+    # The fresh container the check ran in was set up the same way.
+    assert exec_end(attempt, "check-setup")["exit_code"] == 0
 
 
 def test_a_failing_setup_is_the_tasks_fault_not_the_agents(worker, load_example):
@@ -257,11 +261,12 @@ def test_a_failing_setup_is_the_tasks_fault_not_the_agents(worker, load_example)
     assert attempt.sandbox_state == SandboxState.STOPPED
 
 
-def test_diff_has_renames_and_binaries_and_leaves_the_agents_index_alone(worker, load_example):
-    # The check passes only if the agent's staged change is still exactly what is staged.
+def test_diff_has_renames_and_binaries_and_the_check_sees_every_change(worker, load_example):
+    # Staged or not, every change is in the diff and in the tree the check runs on.
     task = load_example(
         "fix-add",
-        check_command='test "$(git diff --cached --name-only)" = "staged.txt"',
+        check_command="test -f staged.txt && test -f unstaged.txt && test -f tests/test_renamed.py"
+        " && test ! -e tests/test_calc.py.orig",
     )
     command = (
         "mv tests/test_calc.py tests/test_renamed.py && "

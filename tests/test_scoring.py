@@ -1,4 +1,5 @@
-"""Scoring precedence: reward file, then JUnit XML, then exit code."""
+"""Scoring precedence: a declared reward file, then JUnit XML, then exit code; the sources
+must agree."""
 
 import pytest
 
@@ -31,22 +32,76 @@ def test_junit_scores_the_share_of_tests_that_ran_and_passed():
 
 def test_reward_file_beats_junit_and_exit_code():
     files = {"reward.txt": b"0.75\n", "junit.xml": JUNIT}
-    result = score_check(exit_code=0, timed_out=False, files=files)
+    result = score_check(exit_code=0, timed_out=False, files=files, reward_file=True)
     assert (result.source, result.score, result.passed) == ("reward_file", 0.75, False)
+    assert result.summary == "reward 0.75 from reward.txt"
     assert len(result.tests) == 4  # per-test outcomes are still kept
 
 
 def test_reward_json_may_say_passed():
     files = {"reward.json": b'{"reward": 0.5, "passed": true}'}
-    result = score_check(exit_code=1, timed_out=False, files=files)
+    result = score_check(exit_code=1, timed_out=False, files=files, reward_file=True)
     assert (result.score, result.passed) == (0.5, True)
 
 
+def test_a_reward_file_the_task_does_not_declare_is_ignored_and_reported():
+    files = {"reward.txt": b"1.0", "reward.json": b'{"reward": 1}'}
+    result = score_check(exit_code=1, timed_out=False, files=files)
+    assert (result.source, result.score, result.passed) == ("exit_code", 0.0, False)
+    assert result.ignored_reward_files == ["reward.json", "reward.txt"]
+    assert "the task does not declare" in result.notes[0]
+
+
 @pytest.mark.parametrize("content", [b"nan", b"lots", b""])
-def test_an_unreadable_reward_file_is_noted_and_the_next_rule_applies(content):
-    result = score_check(exit_code=0, timed_out=False, files={"reward.txt": content})
-    assert result.source == "exit_code" and result.passed
+def test_an_unreadable_declared_reward_file_fails_with_no_score(content):
+    result = score_check(
+        exit_code=0, timed_out=False, files={"reward.txt": content}, reward_file=True
+    )
+    assert (result.passed, result.score) == (False, None)
     assert result.notes and "reward.txt" in result.notes[0]
+    assert result.problem == (
+        "the check wrote an unreadable reward file, and the task declares that it writes one"
+    )
+
+
+def test_a_declared_reward_file_that_is_missing_fails_with_that_reason_not_a_zero():
+    result = score_check(exit_code=0, timed_out=False, files={}, reward_file=True)
+    assert (result.passed, result.score) == (False, None)
+    assert result.summary == (
+        "the check wrote no reward file, and the task declares that it writes one"
+    )
+
+
+def test_a_report_with_failures_from_a_check_that_exited_0_disagrees():
+    result = score_check(exit_code=0, timed_out=False, files={"junit.xml": JUNIT})
+    assert (result.passed, result.score) == (False, 0.0)
+    assert result.problem.startswith("check results disagree: the test report has 2 failing")
+
+
+def test_a_report_of_only_passes_from_a_check_that_failed_disagrees():
+    passing = b'<testsuite><testcase classname="t" name="a"/></testsuite>'
+    result = score_check(exit_code=1, timed_out=False, files={"junit.xml": passing})
+    assert result.passed is False
+    assert result.problem == (
+        "check results disagree: the test report says all 1 test(s) passed but the check exited 1"
+    )
+
+
+def test_boltz_own_pytest_report_is_a_second_witness_beside_the_exit_code():
+    # The task's command wrote no report; pytest wrote Boltz's (PYTEST_ADDOPTS).
+    forged_exit = score_check(exit_code=0, timed_out=False, files={}, witness=JUNIT)
+    assert forged_exit.passed is False and forged_exit.source == "exit_code"
+    assert "disagree" in forged_exit.problem
+    failed = score_check(exit_code=1, timed_out=False, files={}, witness=JUNIT)
+    assert (failed.passed, failed.problem) == (False, "")
+    assert failed.summary == (
+        "the check exited 1; failing: tests.test_a::test_bad, tests.test_a::test_err"
+    )
+    assert len(failed.tests) == 4  # per-test outcomes, although the task asked for none
+    # A check that fails for another reason after its tests passed (a linter) just fails.
+    passing = b'<testsuite><testcase classname="t" name="a"/></testsuite>'
+    linted = score_check(exit_code=1, timed_out=False, files={}, witness=passing)
+    assert (linted.passed, linted.problem) == (False, "")
 
 
 def test_broken_junit_falls_back_to_the_exit_code():
@@ -84,6 +139,7 @@ def test_required_tests_must_all_pass_and_missing_ones_count_as_failed():
         required=["tests/test_a.py::test_ok", "tests/test_a.py::test_bad"],
     )
     assert (broken.passed, broken.score) == (False, 0.5)
+    assert broken.summary == "1 of 2 required tests passed; not passing: tests.test_a::test_bad"
     missing = score_check(
         exit_code=0,
         timed_out=False,

@@ -104,6 +104,10 @@ def task_values(path: Path) -> dict:
         "base_commit": repos.resolve_ref(repo_url, "HEAD"),
         "image": image,
         "check_command": CHECK,
+        # Harbor's verifiers check the container's own state, and write the reward.
+        "check_mode": "in_place",
+        "reward_file": True,
+        "protected_paths": ["tests"],
         "check_files": check_files,
         "check_file_paths": check_paths,
         "reference_patch": "",

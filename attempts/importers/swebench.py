@@ -21,6 +21,7 @@ from django.utils.text import slugify
 
 from .. import repos
 from ..errors import TaskInvalid
+from ..protected import glob_literal
 from ..taskdirs import reference_applies_in, require_image
 from . import ImportItem, guarded
 
@@ -126,8 +127,11 @@ def task_values(row: dict, *, repos_dir: Path | None, image: str, test_cmd: str)
     require_image(image, hint="use --image")
     with repos.checked_out(str(repo_path), commit) as tree:  # one checkout for both patches
         reference_applies_in(tree, row["patch"])
-        check_files, check_paths = _files_after(tree, row["test_patch"])
+        check_files, check_paths, deleted = _files_after(tree, row["test_patch"])
     test_files = sorted({t.split("::", 1)[0] for t in f2p + p2p})
+    # Every test file the check runs or the test patch touches is reset to the base (plus the
+    # hidden files) before the check, so an agent cannot pass by editing a test.
+    protected = sorted({*test_files, *check_paths, *deleted})
     command = (test_cmd or DEFAULT_TEST_CMD).format(files=" ".join(test_files))
     return {
         "slug": slugify(str(row["instance_id"]))[:100],
@@ -142,13 +146,16 @@ def task_values(row: dict, *, repos_dir: Path | None, image: str, test_cmd: str)
         "check_file_paths": check_paths,
         "reference_patch": row["patch"],
         "required_tests": f2p + p2p,
+        "protected_paths": [glob_literal(p) for p in protected],
+        "check_removed_paths": deleted,
         "source_dir": f"swe-bench:{row['instance_id']}",
     }
 
 
-def _files_after(tree: Path, test_patch: str) -> tuple[bytes, list[str]]:
+def _files_after(tree: Path, test_patch: str) -> tuple[bytes, list[str], list[str]]:
     """The files test_patch adds or changes, as they are once it is applied to the base
-    (`tree`, checked out at the base commit; the patch is applied in it)."""
+    (`tree`, checked out at the base commit; the patch is applied in it), and the files it
+    deletes."""
     with tempfile.TemporaryDirectory(dir=settings.DATA_DIR) as scratch:
         patch = Path(scratch) / "test.patch"
         patch.write_text(test_patch)
@@ -156,14 +163,21 @@ def _files_after(tree: Path, test_patch: str) -> tuple[bytes, list[str]]:
             repos.git("apply", str(patch), cwd=tree)
         except repos.GitError as exc:
             raise TaskInvalid("test_patch", f"does not apply to base_commit: {exc}") from None
-        names = repos.git("apply", "--numstat", str(patch), cwd=tree).splitlines()
+        names = repos.git("apply", "--numstat", "-z", str(patch), cwd=tree).split("\0")
         out = Path(scratch) / "check"
+        deleted = []
         for line in names:
             rel = line.split("\t")[-1]
+            if not rel:
+                continue
             source = tree / rel
             if source.is_file():
                 (out / rel).parent.mkdir(parents=True, exist_ok=True)
                 (out / rel).write_bytes(source.read_bytes())
-        if not out.exists():
+            elif not source.exists():
+                deleted.append(rel)
+        if not out.exists() and not deleted:
             raise TaskInvalid("test_patch", "writes no files")
-        return repos.tar_folder(out, prefix="workspace/")
+        out.mkdir(exist_ok=True)
+        check_files, paths = repos.tar_folder(out, prefix="workspace/")
+        return check_files, paths, sorted(deleted)
