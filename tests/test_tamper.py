@@ -323,8 +323,9 @@ def test_every_kind_of_tree_is_recorded_and_checked_exactly(worker, hostile_task
     assert applied == left
     # ... and exactly what the bundle's workspace holds.
     with default_storage.open(attempt.workspace_file, "rb") as stored:
-        with tarfile.open(fileobj=io.BytesIO(stored.read()), mode="r:gz") as tar:
-            snapshot = _tree(tar, "")
+        packed = io.BytesIO(stored.read())
+    with tarfile.open(fileobj=packed, mode="r:gz") as tar:
+        snapshot = _tree(tar, "")
     omitted = {o["path"] for o in attempt.workspace_omitted}
     assert omitted == {"abs-link"}  # a link out of the workspace is not shipped
     assert snapshot == {k: v for k, v in left.items() if k not in omitted}
