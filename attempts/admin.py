@@ -93,6 +93,7 @@ class TaskAdmin(admin.ModelAdmin):
         (None, {"fields": ["slug", "title", "instruction"]}),
         ("Repository", {"fields": ["repo_url", "repo_archive", "base_ref", "base_commit"]}),
         ("Sandbox", {"fields": ["image", "setup_command", "check_command"]}),
+        ("Check", {"fields": ["check_mode", "reward_file", "protected"]}),
         (
             "Hidden check files and reference",
             {"fields": ["check_uploads", "check_file_list", "reference_patch", "reference_upload"]},

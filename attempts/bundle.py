@@ -9,24 +9,32 @@ from collections.abc import Iterator
 from django.core.files.storage import default_storage
 from django.utils import timezone
 
-from .models import Attempt, CheckResult, Outcome, SandboxState
+from .models import Attempt, CheckResult, EventKind, Outcome, SandboxState
 from .storage import iter_file
 from .zipstream import stream_zip
 
 README = """Boltz attempt bundle: {task} #{number}
 
-attempt.json      the attempt: agent, status, outcome, score, reason, timings, host, sandbox
+attempt.json      the attempt: agent, status, outcome, score, reason, timings, host, sandbox,
+                  whether its changes were recorded, and its tamper report
 task.json         the task: instruction, repository and base commit, image, commands, limits
 events.jsonl      the whole session timeline, one event a line, in order (seq)
-changes.patch     the agent's changes against the base commit; apply with
-                  `git checkout {base}` then `git apply changes.patch`
-check.json        every check of the attempt with per-test outcomes (the last is the result)
+changes.patch     the agent's complete changes against the base commit (binary files, modes
+                  and renames included), recorded when its step ended; a check in a fresh
+                  container ran on exactly this patch applied to the base. Apply it with
+                  `git checkout {base}` then `git apply changes.patch`{patch_note}
+check.json        every check of the attempt with per-test outcomes (the last is the result),
+                  and the tamper report: protected paths the agent changed (reset to the base
+                  before the check) and reward files the check wrote that were ignored
 junit.xml         the JUnit report of the last check, when it wrote one
 outputs/          the full raw output of each command (the timeline keeps head and tail)
-workspace.tar.gz  the agent's final files (those the patch covers){workspace_note}
+workspace.tar.gz  every file of the checked tree: the base's files with changes.patch applied
+                  (files the tree's .gitignore ignores are not part of the changes and are
+                  not in it; links that point outside it are left out, see attempt.json
+                  workspace.omitted){workspace_note}
 
 Infrastructure errors (outcome "infra_error") say nothing about the agent: leave them out
-of scores.
+of scores. A score of null is no score (never 0): the check gave none.
 """
 
 
@@ -61,6 +69,19 @@ def attempt_record(attempt: Attempt) -> dict:
         "duration": attempt.duration,
         "diff_bytes": attempt.diff_bytes,
         "diff_truncated": attempt.diff_truncated,
+        "changes_state": attempt.changes_state,
+        "changes_error": attempt.changes_error,
+        "tamper": tamper_record(attempt),
+    }
+
+
+def tamper_record(attempt: Attempt) -> dict:
+    """The attempt's tamper report, with both lists always present, and `tampered`."""
+    return {
+        "protected": [],
+        "reward_files": [],
+        **(attempt.tamper or {}),
+        "tampered": attempt.tampered,
     }
 
 
@@ -95,6 +116,10 @@ def check_record(check: CheckResult) -> dict:
         "passed": check.passed,
         "score": check.score,
         "source": check.source,
+        "mode": check.mode,
+        "summary": check.summary,
+        "problem": check.problem,
+        "ignored_reward_files": check.ignored_reward_files,
         "exit_code": check.exit_code,
         "timed_out": check.timed_out,
         "duration": check.duration,
@@ -142,19 +167,73 @@ def bundle_filename(attempt: Attempt) -> str:
     return f"boltz-{attempt.task.slug}-{attempt.number}.zip"
 
 
+def _patch_note(attempt: Attempt, full_patch: bool) -> str:
+    """What README.txt adds under changes.patch when it is not the complete recorded patch."""
+    pad = "\n                  "
+    if attempt.changes_state == "unavailable":
+        return f"{pad}EMPTY: the agent's changes are unavailable: {attempt.changes_error}"
+    if attempt.changes_state != "recorded" and not attempt.diff:
+        if not attempt.is_done:
+            return f"{pad}EMPTY: the attempt's changes are not recorded yet"
+        return f"{pad}EMPTY: the attempt ended before its changes were recorded"
+    if not full_patch and attempt.diff_truncated:
+        return (
+            f"{pad}TRUNCATED: the stored patch file is missing; this is its first "
+            f"{len(attempt.diff.encode())} of {attempt.diff_bytes} bytes"
+        )
+    return ""
+
+
+def _sandbox_removal(attempt: Attempt) -> str:
+    """How the sandbox, and with it the kept workspace, came to be deleted, in words."""
+    if attempt.sandbox_deleted_at:
+        by = f" by {attempt.sandbox_deleted_by}" if attempt.sandbox_deleted_by else ""
+        return (
+            f"the sandbox was deleted{by} at {attempt.sandbox_deleted_at.isoformat()}, "
+            "and the checked tree's files with it"
+        )
+    removed = (
+        attempt.events.filter(
+            kind=EventKind.LIFECYCLE, data__message__startswith="reaper removed the sandbox"
+        )
+        .order_by("-seq")
+        .values_list("data", flat=True)
+        .first()
+    )
+    how = removed["message"] if removed else "its container was gone when the attempt ended"
+    return f"the sandbox was deleted ({how}); a deleted sandbox's files are not exported"
+
+
+def workspace_absent_reason(attempt: Attempt, checks: list[CheckResult]) -> str:
+    """Why the bundle holds no workspace.tar.gz, exactly ("" when it does)."""
+    if workspace_available(attempt):
+        return ""
+    ended = attempt.failure_reason or f"outcome {attempt.outcome or attempt.status}"
+    if attempt.changes_state == "unavailable":
+        return f"the agent's changes are unavailable: {attempt.changes_error or ended}"
+    deleted = attempt.sandbox_deleted_at or attempt.sandbox_state == SandboxState.DELETED
+    if deleted and attempt.workspace_file:
+        return _sandbox_removal(attempt)
+    if not attempt.is_done:
+        return f"the attempt has not finished: it is {attempt.status}"
+    if attempt.workspace_file:
+        return "workspace.tar.gz is missing from storage"
+    if not checks:
+        if attempt.changes_state == "recorded":
+            return f"the attempt ended after its changes were recorded, before its check: {ended}"
+        return f"the attempt ended before its changes were recorded: {ended}"
+    # Checked, yet no archive was kept (an attempt from before Boltz kept the checked tree).
+    n = len(checks)
+    return f"the attempt was checked ({n} check{'s' if n != 1 else ''}) but its files were not kept"
+
+
 def bundle_entries(attempt: Attempt):
     """The bundle's (name, content) pairs, each produced only when the zip reaches it."""
     task = attempt.task
     checks = list(attempt.checks.prefetch_related("tests"))
     has_workspace = workspace_available(attempt)
     record = attempt_record(attempt)
-    deleted = attempt.sandbox_deleted_at or attempt.sandbox_state == SandboxState.DELETED
-    by = f" by {attempt.sandbox_deleted_by}" if attempt.sandbox_deleted_by else ""
-    absent = ""
-    if not has_workspace:
-        absent = (
-            f"the sandbox was deleted{by}" if deleted else "the attempt never reached its check"
-        )
+    absent = "" if has_workspace else workspace_absent_reason(attempt, checks)
     record["workspace"] = {
         "included": has_workspace,
         "bytes": attempt.workspace_bytes if has_workspace else 0,
@@ -163,26 +242,30 @@ def bundle_entries(attempt: Attempt):
     }
     record["exported_at"] = timezone.now().isoformat()
     note = f"\n                  ABSENT: {absent}" if absent else ""
+    full_patch = bool(attempt.diff_file) and default_storage.exists(attempt.diff_file)
     yield (
         "README.txt",
         README.format(
             task=task.slug,
             number=attempt.number,
             base=attempt.base_commit or task.base_commit,
+            patch_note=_patch_note(attempt, full_patch),
             workspace_note=note,
         ).encode(),
     )
     yield "attempt.json", json.dumps(record, indent=2, ensure_ascii=False).encode()
     yield "task.json", json.dumps(task_record(task), indent=2, ensure_ascii=False).encode()
     yield "events.jsonl", _events_jsonl(attempt)
-    if attempt.diff_file and default_storage.exists(attempt.diff_file):
+    if full_patch:
         yield "changes.patch", iter_file(attempt.diff_file)
     else:
         yield "changes.patch", attempt.diff.encode()
     yield (
         "check.json",
         json.dumps(
-            {"checks": [check_record(c) for c in checks]}, indent=2, ensure_ascii=False
+            {"tamper": record["tamper"], "checks": [check_record(c) for c in checks]},
+            indent=2,
+            ensure_ascii=False,
         ).encode(),
     )
     if checks and checks[-1].junit_xml:

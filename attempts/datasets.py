@@ -11,7 +11,7 @@ from datetime import datetime
 
 from django.db.models import QuerySet
 
-from .bundle import attempt_record
+from .bundle import attempt_record, tamper_record
 from .capture import summary_text
 from .models import Actor, Attempt, CheckResult, EventKind, Outcome, TestOutcome
 from .selectors import latest_checks
@@ -110,7 +110,24 @@ def _meta(attempt: Attempt) -> dict:
         "agent": attempt.agent,
         "outcome": attempt.outcome,
         "score": attempt.score,
+        "tampered": attempt.tampered,
+        "tamper": tamper_record(attempt),
     }
+
+
+def rl_mask(attempt: Attempt) -> tuple[bool, str]:
+    """Whether an attempt's reward must be masked, and why. Infrastructure errors,
+    cancellations and unfinished attempts say nothing about the policy; neither does an
+    attempt the check gave no score (a declared reward file it never wrote): none of them
+    may ever be read as a reward of 0."""
+    if attempt.outcome in MASKED_OUTCOMES:
+        return True, attempt.failure_reason
+    if attempt.score is None:
+        if attempt.outcome == Outcome.FAILED and attempt.failure_reason:
+            return True, attempt.failure_reason
+        why = f": {attempt.failure_reason}" if attempt.failure_reason else ""
+        return True, f"the check gave no score (outcome {attempt.outcome}){why}"
+    return False, ""
 
 
 def sft_line(attempt: Attempt) -> dict:
@@ -147,7 +164,7 @@ def sft_line(attempt: Attempt) -> dict:
 
 
 def rl_line(attempt: Attempt) -> dict:
-    masked = attempt.outcome in MASKED_OUTCOMES
+    masked, mask_reason = rl_mask(attempt)
     trajectory = []
     for step in agent_steps(attempt):
         if step["type"] == "message":
@@ -170,9 +187,9 @@ def rl_line(attempt: Attempt) -> dict:
         **_meta(attempt),
         "prompt": _prompt(attempt),
         "trajectory": trajectory,
-        "reward": None if masked else (attempt.score if attempt.score is not None else 0.0),
+        "reward": None if masked else attempt.score,
         "mask": masked,
-        "mask_reason": attempt.failure_reason if masked else "",
+        "mask_reason": mask_reason,
     }
 
 
@@ -185,6 +202,10 @@ def attempts_line(attempt: Attempt, check: CheckResult | None, tests: dict[str, 
             "passed": check.passed,
             "score": check.score,
             "source": check.source,
+            "mode": check.mode,
+            "summary": check.summary,
+            "problem": check.problem,
+            "ignored_reward_files": check.ignored_reward_files,
             "tests_passed": check.tests_passed,
             "tests_total": check.tests_total,
             "tests": tests,

@@ -111,6 +111,7 @@ class TaskAdminForm(forms.ModelForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["repo_url"].required = False
+        self.fields["check_mode"].required = False  # empty: a fresh container
         self.fields["check_command"].required = False  # clean_check_command says what to fix
         self.fields["reference_patch"].strip = False  # a patch's last newline matters
         self.fields["base_ref"].help_text = "Branch, tag or commit; stored as the commit it names."
@@ -142,6 +143,9 @@ class TaskAdminForm(forms.ModelForm):
         if value < 16 * 1024 * 1024:
             raise forms.ValidationError("give at least 16m")
         return value
+
+    def clean_check_mode(self):
+        return self.cleaned_data.get("check_mode") or "fresh"
 
     def clean_protected(self):
         try:

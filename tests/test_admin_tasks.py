@@ -146,6 +146,8 @@ def test_an_archive_over_the_size_limit_is_refused(
         ({"reference_patch": PATCH.replace("a - b", "a * b")}, "does not apply to the base ref"),
         ({"check_command": "  "}, "the check command must not be empty"),
         ({"memory": "lots"}, "is not a size"),
+        ({"protected": "tests/**\n/etc/passwd"}, "'/etc/passwd' is absolute"),
+        ({"protected": "**/*"}, "'**/*' would protect the whole tree"),
     ],
 )
 def test_bad_fields_are_field_errors_that_say_what_to_fix(

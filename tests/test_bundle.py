@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from attempts.models import Attempt
+from attempts.bundle import stream_bundle
+from attempts.deletion import sandbox_delete
+from attempts.models import Attempt, CheckResult
 from attempts.services import attempt_create
-from tests.conftest import wait_finished
+from tests.conftest import new_task, wait_finished
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]
 
@@ -27,9 +29,13 @@ EDITS = (
     "echo 'print(1)' > 'name with spaces.py'"
 )
 
+FIX = "sed -i 's/return a - b/return a + b/' calc.py"
+TAMPER = "printf 'x=1\\n' > conftest.py"  # conftest.py is a protected path
+NO_TAMPER = {"protected": [], "reward_files": [], "tampered": False}
+
 
 def export(attempt: Attempt, tmp_path: Path) -> zipfile.ZipFile:
-    target = tmp_path / "bundle.zip"
+    target = tmp_path / f"bundle-{attempt.pk}.zip"
     call_command("export_attempt", str(attempt.pk), "-o", str(target))
     return zipfile.ZipFile(target)
 
@@ -143,3 +149,124 @@ def test_web_export_downloads_the_zip_and_unknown_is_404(worker, load_example, a
     bundle = zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
     assert "attempt.json" in bundle.namelist()
     assert admin_client.get("/attempts/999999/export.zip").status_code == 404
+
+
+def test_the_tamper_report_goes_with_the_bundle_and_the_task_exports(
+    worker, load_example, tmp_path
+):
+    task = load_example("fix-add")
+    tamperer, honest = wait_finished(
+        [
+            attempt_create(task=task, agent="command", command=TAMPER),
+            attempt_create(task=task, agent="command", command=FIX),
+        ]
+    )
+    assert (tamperer.outcome, honest.outcome) == ("failed", "passed")
+    tampered = {
+        "protected": [{"path": "conftest.py", "change": "added"}],
+        "reward_files": [],
+        "tampered": True,
+    }
+    expected = {tamperer.pk: tampered, honest.pk: NO_TAMPER}
+    summaries = {}
+    for attempt in (tamperer, honest):
+        bundle = export(attempt, tmp_path)
+        check = json.loads(bundle.read("check.json"))
+        assert check["tamper"] == expected[attempt.pk]
+        record = json.loads(bundle.read("attempt.json"))
+        assert record["tamper"] == expected[attempt.pk]
+        assert (record["changes_state"], record["changes_error"]) == ("recorded", "")
+        assert record["workspace"] == {
+            "included": True,
+            "bytes": attempt.workspace_bytes,
+            "omitted": [],
+            "absent_reason": "",
+        }
+        (last,) = check["checks"]
+        assert (last["mode"], last["problem"], last["ignored_reward_files"]) == ("fresh", "", [])
+        summaries[attempt.pk] = last["summary"]
+        # The protected file was reset before the check, but the patch still shows it.
+        assert (b"conftest.py" in bundle.read("changes.patch")) == (attempt == tamperer)
+    assert summaries[honest.pk] == "the check exited 0"
+    assert summaries[tamperer.pk].startswith("the check exited 1; failing: ")
+
+    out = tmp_path / "attempts.jsonl"
+    call_command("export_task", "fix-add", "--format", "attempts", "-o", str(out))
+    lines = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert {pk: r["tamper"] for pk, r in lines.items()} == expected
+    assert lines[tamperer.pk]["check"]["mode"] == "fresh"
+    assert lines[tamperer.pk]["check"]["summary"] == summaries[tamperer.pk]
+    call_command("export_task", "fix-add", "--format", "rl", "-o", str(out))
+    rows = {r["attempt_id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert {pk: (r["tampered"], r["tamper"]) for pk, r in rows.items()} == {
+        pk: (tamper["tampered"], tamper) for pk, tamper in expected.items()
+    }
+    assert (rows[tamperer.pk]["reward"], rows[tamperer.pk]["mask"]) == (0.0, False)
+
+
+def test_a_deleted_sandbox_is_why_the_workspace_is_absent(worker, load_example, tmp_path):
+    task = load_example("fix-add")
+    attempt = wait_finished([attempt_create(task=task, agent="command", command=FIX)])[0]
+    assert attempt.workspace_file and attempt.checks.count() == 1
+    assert sandbox_delete(attempt=attempt, by="erin")
+    bundle = export(attempt, tmp_path)
+    assert "workspace.tar.gz" not in bundle.namelist()
+    workspace = json.loads(bundle.read("attempt.json"))["workspace"]
+    assert (workspace["included"], workspace["bytes"]) == (False, 0)
+    reason = workspace["absent_reason"]
+    assert reason.startswith("the sandbox was deleted by erin at ")
+    assert reason.endswith(", and the checked tree's files with it")
+    assert f"ABSENT: {reason}" in bundle.read("README.txt").decode()
+    # The patch and the check outlive the sandbox.
+    assert b"+    return a + b" in bundle.read("changes.patch")
+    assert json.loads(bundle.read("check.json"))["checks"][0]["passed"] is True
+
+
+def bundle_of(attempt: Attempt) -> zipfile.ZipFile:
+    return zipfile.ZipFile(io.BytesIO(b"".join(stream_bundle(attempt))))
+
+
+def test_the_absent_workspace_says_exactly_why(db):
+    task = new_task()
+
+    def attempt(number: int, **fields) -> Attempt:
+        values = {"agent": "command", "status": "finished", **fields}
+        return Attempt.objects.create(task=task, number=number, **values)
+
+    too_big = "the workspace holds more than 300000 files"
+    unavailable = attempt(
+        1,
+        outcome="failed",
+        score=0.0,
+        changes_state="unavailable",
+        changes_error=too_big,
+        failure_reason=f"changes unavailable: {too_big}",
+    )
+    infra = attempt(2, outcome="infra_error", failure_reason="start: Docker unreachable")
+    cancelled = attempt(
+        3, status="cancelled", outcome="cancelled", failure_reason="cancelled by erin"
+    )
+    unchecked = attempt(
+        4, outcome="infra_error", changes_state="recorded", failure_reason="check: gone"
+    )
+    checked = attempt(5, outcome="failed", score=0.0, changes_state="recorded")
+    CheckResult.objects.create(attempt=checked, passed=False, score=0.0, source="exit_code")
+    queued = attempt(6, status="queued")
+    reasons = {
+        unavailable: f"the agent's changes are unavailable: {too_big}",
+        infra: "the attempt ended before its changes were recorded: start: Docker unreachable",
+        cancelled: "the attempt ended before its changes were recorded: cancelled by erin",
+        unchecked: "the attempt ended after its changes were recorded, before its check: "
+        "check: gone",
+        checked: "the attempt was checked (1 check) but its files were not kept",
+        queued: "the attempt has not finished: it is queued",
+    }
+    for row, reason in reasons.items():
+        bundle = bundle_of(row)
+        workspace = json.loads(bundle.read("attempt.json"))["workspace"]
+        assert (workspace["included"], workspace["absent_reason"]) == (False, reason)
+        assert "never reached its check" not in bundle.read("README.txt").decode()
+    readme = bundle_of(unavailable).read("README.txt").decode()
+    assert f"EMPTY: the agent's changes are unavailable: {too_big}" in readme
+    assert "every file of the checked tree" in readme
+    assert json.loads(bundle_of(infra).read("check.json")) == {"tamper": NO_TAMPER, "checks": []}

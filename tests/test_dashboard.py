@@ -352,3 +352,59 @@ def test_task_pages_show_the_validation_mark(admin_client):
     assert "invalid</span>" in admin_client.get("/").content.decode()
     html = admin_client.get("/tasks/fix-add/").content.decode()
     assert "noop passed (#2): the check passes without any change" in html
+
+
+def test_a_tampering_attempt_is_flagged_and_the_verdict_says_what_ran(admin_client):
+    task = make_task()
+    attempt = make_attempt(
+        task,
+        1,
+        "failed",
+        changes_state="recorded",
+        tamper={
+            "protected": [{"path": "tests/<b>conftest.py", "change": "added"}],
+            "reward_files": ["reward.txt"],
+        },
+    )
+    add_check(
+        attempt,
+        {"t::test_add": "failed"},
+        mode="fresh",
+        summary="1 of 2 required tests passed; not passing: t::test_add",
+        ignored_reward_files=["reward.txt"],
+    )
+    honest = make_attempt(task, 2, "passed", changes_state="recorded")
+    header = admin_client.get(f"/attempts/{attempt.pk}/").content.decode()
+    assert "The agent touched what the check relies on." in header
+    assert "protected path <code>tests/&lt;b&gt;conftest.py</code>: added" in header
+    assert "reward file <code>reward.txt</code> ignored" in header
+    assert "1 of 2 required tests passed; not passing: t::test_add" in header
+    assert "(checked in a fresh container)" in header
+    check = admin_client.get(f"/attempts/{attempt.pk}/?view=check").content.decode()
+    assert "a fresh container: the base with exactly the recorded changes applied" in check
+    assert "reward.txt: the task does not declare" in check
+    table = admin_client.get("/tasks/fix-add/").content.decode()
+    assert table.count('class="badge tamper"') == 1
+    assert (
+        "touched what the check" not in admin_client.get(f"/attempts/{honest.pk}/").content.decode()
+    )
+
+
+def test_changes_that_could_not_be_recorded_never_read_as_no_changes(admin_client):
+    task = make_task()
+    unavailable = make_attempt(
+        task,
+        1,
+        "failed",
+        changes_state="unavailable",
+        changes_error="the workspace holds more than 10 bytes of files",
+    )
+    never = make_attempt(task, 2, "infra_error", failure_reason="start: image missing")
+    empty = make_attempt(task, 3, "failed", changes_state="recorded")
+    page = admin_client.get(f"/attempts/{unavailable.pk}/?view=changes").content.decode()
+    assert "Changes unavailable:" in page and "more than 10 bytes" in page
+    assert "No changes against the base commit" not in page
+    page = admin_client.get(f"/attempts/{never.pk}/?view=changes").content.decode()
+    assert "The changes were never recorded" in page and "image missing" in page
+    page = admin_client.get(f"/attempts/{empty.pk}/?view=changes").content.decode()
+    assert "No changes against the base commit." in page

@@ -9,7 +9,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from attempts.models import Attempt, AuditEntry, Event
+from attempts.models import Attempt, AuditEntry, CheckResult, Event
 from tests.conftest import new_task
 
 pytestmark = pytest.mark.django_db
@@ -109,13 +109,90 @@ def test_sft_says_when_a_cancel_stopped_a_command(task, tmp_path):
 
 def test_rl_masks_infrastructure_errors_instead_of_rewarding_zero(task, tmp_path):
     lines = {r["number"]: r for r in export(tmp_path, "--format", "rl")}
-    assert (lines[1]["reward"], lines[1]["mask"]) == (1.0, False)
-    assert (lines[2]["reward"], lines[2]["mask"]) == (0.0, False)
+    assert (lines[1]["reward"], lines[1]["mask"], lines[1]["mask_reason"]) == (1.0, False, "")
+    assert (lines[2]["reward"], lines[2]["mask"], lines[2]["mask_reason"]) == (0.0, False, "")
     assert (lines[3]["reward"], lines[3]["mask"]) == (None, True)
     assert lines[3]["mask_reason"] == "start: Docker unreachable"
     step = lines[1]["trajectory"][1]
     assert step["action"] == {"type": "exec", "command": "cat calc.py"}
     assert step["observation"]["exit_code"] == 0
+
+
+NO_REWARD = "the check wrote no reward file, and the task declares that it writes one"
+
+
+def test_rl_masks_an_attempt_the_check_gave_no_score_instead_of_rewarding_zero(task, tmp_path):
+    unscored = Attempt.objects.create(
+        task=task,
+        number=4,
+        agent="command",
+        status="finished",
+        outcome="failed",
+        score=None,
+        failure_reason=NO_REWARD,
+        changes_state="recorded",
+    )
+    CheckResult.objects.create(
+        attempt=unscored,
+        passed=False,
+        score=None,
+        source="reward_file",
+        mode="fresh",
+        summary=NO_REWARD,
+        problem=NO_REWARD,
+    )
+    Attempt.objects.create(
+        task=task,
+        number=5,
+        agent="command",
+        status="finished",
+        outcome="agent_timeout",
+        score=None,
+        failure_reason="the agent ran past its 60s limit and was killed",
+    )
+    lines = {r["number"]: r for r in export(tmp_path, "--format", "rl")}
+    assert (lines[4]["score"], lines[4]["reward"], lines[4]["mask"]) == (None, None, True)
+    assert lines[4]["mask_reason"] == NO_REWARD
+    assert (lines[5]["reward"], lines[5]["mask"]) == (None, True)
+    assert lines[5]["mask_reason"] == (
+        "the check gave no score (outcome agent_timeout): "
+        "the agent ran past its 60s limit and was killed"
+    )
+    # Masking of infrastructure errors, and real zeros, are as they were.
+    assert (lines[3]["mask"], lines[3]["mask_reason"]) == (True, "start: Docker unreachable")
+    assert (lines[2]["reward"], lines[2]["mask"]) == (0.0, False)
+
+    # No other format fails on a missing score or writes it as 0.
+    records = {r["number"]: r for r in export(tmp_path, "--format", "attempts")}
+    assert records[4]["score"] is None and records[5]["score"] is None
+    check = records[4]["check"]
+    assert (check["passed"], check["score"], check["source"]) == (False, None, "reward_file")
+    assert (check["mode"], check["summary"], check["problem"]) == ("fresh", NO_REWARD, NO_REWARD)
+    assert check["ignored_reward_files"] == []
+    sft = {r["metadata"]["number"]: r["metadata"] for r in export(tmp_path, "--format", "sft")}
+    assert sft[4]["score"] is None and sft[4]["outcome"] == "failed"
+
+
+def test_the_tamper_report_is_in_every_format(task, tmp_path):
+    report = {"protected": [{"path": "conftest.py", "change": "added"}], "reward_files": []}
+    Attempt.objects.filter(number=1).update(tamper=report)
+    Attempt.objects.filter(number=2).update(
+        tamper={"protected": [], "reward_files": ["reward.txt"]}
+    )
+    tampered = {1: {**report, "tampered": True}}
+    tampered[2] = {"protected": [], "reward_files": ["reward.txt"], "tampered": True}
+    tampered[3] = {"protected": [], "reward_files": [], "tampered": False}  # tamper == {}
+
+    records = {r["number"]: r for r in export(tmp_path, "--format", "attempts")}
+    assert {n: r["tamper"] for n, r in records.items()} == tampered
+    assert {n: r["changes_state"] for n, r in records.items()} == {1: "", 2: "", 3: ""}
+    rl = {r["number"]: r for r in export(tmp_path, "--format", "rl")}
+    assert {n: r["tamper"] for n, r in rl.items()} == tampered
+    assert {n: r["tampered"] for n, r in rl.items()} == {1: True, 2: True, 3: False}
+    assert (rl[1]["reward"], rl[1]["mask"]) == (1.0, False)  # reported, not masked
+    sft = {r["metadata"]["number"]: r["metadata"] for r in export(tmp_path, "--format", "sft")}
+    assert {n: m["tamper"] for n, m in sft.items()} == tampered
+    assert sft[1]["tampered"] is True
 
 
 def test_exports_are_recorded(task, tmp_path):

@@ -57,15 +57,20 @@ def test_it_loads_a_git_repository_at_a_named_ref(docker_ready, task_dir, tmp_pa
         (('check = "python3 -m pytest -q -p no:cacheprovider tests"', 'check = "  "'), "check"),
         (("pids = 256", "pids = 256\nbogus = 1"), "limits.bogus"),
         (('memory = "512m"', 'memory = "lots"'), "limits.memory"),
+        (('check = "python3', 'protected_paths = ["**/*"]\ncheck = "python3'), "protected_paths"),
+        (('check = "python3', 'protected_paths = ["../x"]\ncheck = "python3'), "protected_paths"),
+        (('check = "python3', 'check_mode = "sideways"\ncheck = "python3'), "check_mode"),
+        (('check = "python3', 'reward_file = "yes"\ncheck = "python3'), "reward_file"),
     ],
 )
-def test_it_refuses_bad_tasks_naming_the_field(docker_ready, task_dir, change, field):
+def test_it_refuses_bad_tasks_naming_the_field(docker_ready, task_dir, change, field, capsys):
     path = task_dir("fix-add")
     text = (path / "task.toml").read_text()
     assert change[0] in text
     (path / "task.toml").write_text(text.replace(change[0], change[1]))
     with pytest.raises(CommandError):
         load(path)
+    assert f"refused: {field}: " in capsys.readouterr().err
     assert not Task.objects.exists()
 
 
