@@ -13,9 +13,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+# Compiled files that could stand in for a test module: reset like the rest, but an agent that
+# merely ran Python leaves them (ignored by .gitignore), which is not worth a reviewer's flag.
+QUIET_PROTECTED = ("**/__pycache__", "**/*.pyc", "**/*.pyo")
 # Protected for every task: what pytest reads before it runs a test (conftest files, its
-# configuration files, a module that shadows pytest or its plugins, interpreter start-up hooks)
-# and compiled files that could stand in for a test module.
+# configuration files, a module at the top of the tree that `python -m pytest` would import
+# instead of pytest or its plugin manager, interpreter start-up hooks), and compiled files.
 DEFAULT_PROTECTED = (
     "**/conftest.py",
     "pytest.ini",
@@ -23,15 +26,13 @@ DEFAULT_PROTECTED = (
     "tox.ini",
     "setup.cfg",
     "pyproject.toml",
-    "**/pytest.py",
-    "**/_pytest",
-    "**/py.py",
-    "**/pluggy",
+    "pytest.py",
+    "_pytest",
+    "py.py",
+    "pluggy",
     "**/sitecustomize.py",
     "**/usercustomize.py",
-    "**/__pycache__",
-    "**/*.pyc",
-    "**/*.pyo",
+    *QUIET_PROTECTED,
 )
 
 
@@ -157,8 +158,10 @@ def changes_to(
             report.append({"path": path, "change": "added"})
         elif base[path] != final[path]:
             report.append({"path": path, "change": "modified"})
+    quiet = Protection(QUIET_PROTECTED)
     for path in protection.select(set(ignored) - set(base)):
-        report.append({"path": path, "change": "added (ignored by .gitignore)"})
+        if not quiet.covers(path):
+            report.append({"path": path, "change": "added (ignored by .gitignore)"})
     return sorted(report, key=lambda r: r["path"])
 
 

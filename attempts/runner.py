@@ -612,6 +612,7 @@ class AttemptRunner:
         return self._check_fresh(requested_by)
 
     def _check_fresh(self, requested_by: str) -> CheckResult:
+        task = self.task
         if self.checked is None:
             self._rebuild_checked()
         archive = self._check_archive()
@@ -627,6 +628,10 @@ class AttemptRunner:
                 sandbox.put_archive("/", handle)
             archive.unlink()
             sandbox.start()
+            entries = changes.index_entries(self.checked[1])
+            if task.setup_command.strip():
+                # The setup runs as it did at start: on the base's protected paths.
+                self._reset_protected(sandbox, entries, [])
             setup = self._setup(sandbox, "check-setup")
             if setup is not None and (setup.result.timed_out or setup.result.exit_code != 0):
                 why = "timed out" if setup.result.timed_out else f"exited {setup.result.exit_code}"
@@ -641,7 +646,6 @@ class AttemptRunner:
                         summary=f"the task's setup command {why} on the agent's changes",
                     ),
                 )
-            entries = changes.index_entries(self.checked[1])
             return self._run_check(sandbox, entries, requested_by, mode="fresh")
         finally:
             sandbox.remove()
@@ -985,7 +989,8 @@ def mark_flaky(result: CheckResult) -> list[str]:
 
 
 def recheck_attempt(attempt_id: int, *, by: str) -> None:
-    """Run the check again on the kept sandbox's files; the new result is kept beside the old."""
+    """Run the check again the way the attempt's own check ran (a fresh container from the
+    recorded changes, or in place in the kept sandbox); the new result is kept beside the old."""
     attempt = Attempt.objects.select_related("task").filter(pk=attempt_id).first()
     if attempt is None or not attempt.container_id:
         return
@@ -993,13 +998,23 @@ def recheck_attempt(attempt_id: int, *, by: str) -> None:
     runner.rechecking = True
     runner.sandbox = Sandbox(attempt.container_id)
     try:
-        runner.check(requested_by=by)  # its first step starts the stopped container
-    except (InfrastructureError, AttemptStopped) as exc:
+        with runner.scratch_folder():
+            runner.check(requested_by=by)
+    except (InfrastructureError, AttemptStopped, ChangesUnavailable) as exc:
         reason = getattr(exc, "reason", str(exc))
         runner.timeline.add(
-            EventKind.ERROR, message=f"re-check failed: {reason}", infrastructure=True
+            EventKind.ERROR,
+            message=f"re-check failed: {reason}",
+            infrastructure=not isinstance(exc, ChangesUnavailable),
         )
     except AttemptGone:
         return
+    except Exception as exc:  # a bug in Boltz: said on the timeline, never silent
+        log.exception("re-check of attempt %s failed", attempt_id)
+        runner.timeline.add(
+            EventKind.ERROR,
+            message=f"re-check failed: internal error in Boltz: {exc!r}",
+            infrastructure=True,
+        )
     finally:
         runner.keep_sandbox()

@@ -110,7 +110,14 @@ def test_defaults_protect_what_pytest_reads_before_a_test():
         "pkg/__pycache__/m.cpython-311.pyc",
     ):
         assert protection.covers(path), path
-    for path in ("calc.py", "sub/pyproject.toml", "tests/test_calc.py", "conftest.py.bak"):
+    for path in (
+        "calc.py",
+        "sub/pyproject.toml",
+        "tests/test_calc.py",
+        "conftest.py.bak",
+        "src/_pytest/main.py",  # pytest's own repository can still be fixed
+        "lib/pytest.py",
+    ):
         assert not protection.covers(path), path
     assert len(DEFAULT_PROTECTED) == len(set(DEFAULT_PROTECTED))
 
@@ -148,7 +155,7 @@ def test_changes_to_protected_paths_are_reported_by_kind():
         protection,
         base={"tests/test_a.py": "1", "tests/test_b.py": "2", "calc.py": "3"},
         final={"tests/test_a.py": "9", "tests/new.py": "4", "calc.py": "5"},
-        ignored={"conftest.py", "tests/.cache"},
+        ignored={"conftest.py", "tests/.cache", "tests/__pycache__/t.pyc"},
     )
     assert report == [
         {"path": "conftest.py", "change": "added (ignored by .gitignore)"},

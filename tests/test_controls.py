@@ -105,3 +105,21 @@ def test_recheck_needs_the_sandbox(worker, load_example):
     attempt.refresh_from_db()
     with pytest.raises(TaskInvalid, match="sandbox is gone"):
         attempt_recheck(attempt=attempt, by="ivan")
+
+
+def test_a_recheck_runs_on_the_recorded_changes_in_a_fresh_container(worker, load_example):
+    task = load_example("fix-add")
+    attempt = wait_finished([attempt_create(task=task, agent="reference")])[0]
+    attempt_recheck(attempt=attempt, by="hana")
+    wait_until(lambda: attempt.checks.count() == 2, what="the re-check")
+    wait_until(lambda: Attempt.objects.get(pk=attempt.pk).sandbox_state == SandboxState.STOPPED)
+    first, second = attempt.checks.order_by("pk")
+    assert (first.mode, second.mode) == ("fresh", "fresh")
+    assert first.passed and second.passed and second.requested_by == "hana"
+    # Exec numbers go on from the first run's: the timeline never shows two exec 3s.
+    starts = list(
+        attempt.events.filter(kind="exec", data__phase="start").values_list("data", flat=True)
+    )
+    numbers = [d["exec"] for d in starts]
+    assert numbers == sorted(set(numbers))
+    assert [c["status"] for c in containers_of(attempt.pk)] == ["exited"]  # the check's went

@@ -381,3 +381,14 @@ def test_an_in_place_check_is_not_fooled_by_what_the_agent_leaves(worker, hostil
     assert linked == {"tests/test_calc.py": "deleted"}
     honest = result["honest"]
     assert honest.outcome == Outcome.PASSED and not honest.tampered
+
+
+def test_a_check_that_runs_out_of_memory_says_so(worker, hostile_task):
+    task, _base, _fix = hostile_task
+    task.check_command = "python3 -c 'x = bytearray(1024 * 1024 * 1024)'"
+    task.save()
+    attempt = run(task, fixer=FIX)["fixer"]
+    assert attempt.outcome == Outcome.FAILED
+    assert attempt.failure_reason.startswith(
+        "the check was killed: out of memory (256 MB limit); the check exited 137"
+    )
