@@ -185,21 +185,18 @@ def _run(*args: str, env: dict[str, str], cwd: Path, output: Path | None = None,
 
 def listing(env: dict[str, str], cwd: Path, *, tree_ish: str | None = None) -> dict[str, str]:
     """path -> 'mode object-id' of a commit (tree_ish) or of the index."""
-    entries: dict[str, str] = {}
-    if tree_ish:
+    if tree_ish:  # "mode type id\tpath"
         out = _run("ls-tree", "-r", "-z", "--full-tree", tree_ish, env=env, cwd=cwd, raw=True)
-        for record in out.split(b"\0"):
-            if record:
-                meta, _, path = record.partition(b"\t")
-                mode, _kind, oid = meta.split(b" ")
-                entries[os.fsdecode(path)] = f"{mode.decode()} {oid.decode()}"
-        return entries
-    out = _run("ls-files", "-s", "-z", env=env, cwd=cwd, raw=True)
+        oid_at = 2
+    else:  # "mode id stage\tpath"
+        out = _run("ls-files", "-s", "-z", env=env, cwd=cwd, raw=True)
+        oid_at = 1
+    entries: dict[str, str] = {}
     for record in out.split(b"\0"):
         if record:
             meta, _, path = record.partition(b"\t")
-            mode, oid, _stage = meta.split(b" ")
-            entries[os.fsdecode(path)] = f"{mode.decode()} {oid.decode()}"
+            fields = meta.decode().split(" ")
+            entries[os.fsdecode(path)] = f"{fields[0]} {fields[oid_at]}"
     return entries
 
 

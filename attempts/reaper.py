@@ -134,6 +134,22 @@ def reap_host(host: str | None = None, now=None) -> dict:
     for container, attempt_id in containers:
         attempt = attempts.get(attempt_id)
         why = None
+        is_check = container["labels"].get(runtime.LABEL_ROLE) == "check"
+        if is_check and (
+            attempt is None
+            or (attempt.status in DONE_STATUSES and attempt.sandbox_state != SandboxState.LIVE)
+        ):
+            # A check's container lives only while its check runs: one left over is a lost
+            # worker's. The attempt's own sandbox is not touched.
+            runtime.remove_container(container["id"])
+            removed.append(
+                {
+                    "container": container["name"],
+                    "attempt": attempt_id,
+                    "why": "a check container its worker left behind",
+                }
+            )
+            continue
         if attempt is None:
             why = "its attempt no longer exists"
         elif attempt.sandbox_deleted_at or attempt.sandbox_state == SandboxState.DELETED:

@@ -137,6 +137,7 @@ class AttemptRunner:
         self.scratch: Path | None = None
         self.checked: tuple[Path, dict[str, str]] | None = None  # the checked tree, once built
         self.agent_oom = ""  # why the agent's step was cut short for memory, if it was
+        self._base_files: dict[str, str] | None = None  # the base's files, once listed
         self.protection: Protection = protection_for(
             self.task.protected_paths, self.task.check_file_paths, self.task.check_removed_paths
         )
@@ -534,7 +535,11 @@ class AttemptRunner:
         and empty the folders the check writes to."""
         task = self.task
         base_git = self._base_repository()
-        base = changes.listing({"GIT_DIR": str(base_git)}, self.scratch, tree_ish=task.base_commit)
+        if self._base_files is None:
+            self._base_files = changes.listing(
+                {"GIT_DIR": str(base_git)}, self.scratch, tree_ish=task.base_commit
+            )
+        base = self._base_files
         hidden = list(task.check_file_paths)
         plan = reset_plan(
             self.protection,

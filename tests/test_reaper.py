@@ -77,6 +77,11 @@ def test_reaper_removes_containers_whose_attempt_is_gone_or_expired(worker, load
     )
     Attempt.objects.filter(pk=orphan.pk).delete()  # behind Boltz's back: no service called
     Attempt.objects.filter(pk=expired.pk).update(finished_at=timezone.now() - timedelta(days=8))
+    # A check container a lost worker left behind for a finished attempt.
+    from attempts.sandbox.runtime import Sandbox, SandboxSpec
+
+    Sandbox.create(SandboxSpec(kept.pk, task.image_name, 1, 2**28, 64, role="check")).start()
+    assert len(containers_of(kept.pk)) == 2
     reap_host.apply_async(args=[settings.BOLTZ_HOST], queue=host_queue(settings.BOLTZ_HOST))
     # The reaper may first clear containers earlier tests left; give it time.
     wait_until(lambda: not containers_of(orphan.pk), timeout=90, what="the orphan's container")
@@ -85,7 +90,10 @@ def test_reaper_removes_containers_whose_attempt_is_gone_or_expired(worker, load
         timeout=90,
         what="the expired sandbox to be recorded as deleted",
     )
-    assert not containers_of(expired.pk) and len(containers_of(kept.pk)) == 1
+    wait_until(lambda: len(containers_of(kept.pk)) == 1, what="the left-over check container")
+    assert not containers_of(expired.pk)
+    assert containers_of(kept.pk)[0]["labels"]["boltz.role"] == "agent"
+    assert Attempt.objects.get(pk=kept.pk).sandbox_state == SandboxState.STOPPED
     assert "past its retention" in Attempt.objects.get(pk=expired.pk).events.last().data["message"]
     assert "past its retention" in expired.events.last().data["message"]
 

@@ -392,3 +392,37 @@ def test_a_check_that_runs_out_of_memory_says_so(worker, hostile_task):
     assert attempt.failure_reason.startswith(
         "the check was killed: out of memory (256 MB limit); the check exited 137"
     )
+
+
+def test_the_check_gets_every_change_when_the_page_is_capped_and_none_past_the_tree_cap(
+    django_db_setup, docker_ready, redis_ready, hostile_task
+):
+    import uuid
+
+    from tests.conftest import run_worker
+
+    task, _base, _fix = hostile_task
+    queue = f"caps-{uuid.uuid4().hex[:8]}"
+    env = {"BOLTZ_MAX_DIFF_BYTES": "300", "BOLTZ_MAX_TREE_BYTES": "100k"}
+    with run_worker(queue=queue, host="caps-host", capacity=2, env=env):
+        made = [
+            attempt_create(task=task, agent="command", command=command, queue=queue)
+            for command in (
+                # A long new file sorts before calc.py: the page's diff ends before the fix.
+                f"seq 1 300 > aaa.txt && {FIX}",
+                f"head -c 200000 /dev/zero > big.bin && {FIX}",
+            )
+        ]
+        capped, too_big = wait_finished(made, timeout=120)
+    assert capped.outcome == Outcome.PASSED, capped.failure_reason
+    assert capped.diff_truncated and len(capped.diff.encode()) <= 300
+    assert "calc.py" not in capped.diff and capped.diff_bytes > 300
+    assert (too_big.outcome, too_big.score, too_big.changes_state) == (
+        Outcome.FAILED,
+        0.0,
+        "unavailable",
+    )
+    assert too_big.failure_reason == (
+        "changes unavailable: the workspace holds more than 102400 bytes of files"
+    )
+    assert too_big.checks.count() == 0
