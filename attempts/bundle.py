@@ -10,6 +10,7 @@ from django.core.files.storage import default_storage
 from django.utils import timezone
 
 from .models import Attempt, CheckResult, EventKind, Outcome, SandboxState
+from .protected import DEFAULT_PROTECTED
 from .storage import iter_file
 from .zipstream import stream_zip
 
@@ -97,6 +98,12 @@ def task_record(task) -> dict:
         "setup_command": task.setup_command,
         "check_command": task.check_command,
         "hidden_check_files": task.check_file_paths,
+        "check_mode": task.check_mode,
+        "protected_paths": task.protected_paths,
+        "default_protected_paths": list(DEFAULT_PROTECTED),
+        "check_removed_paths": task.check_removed_paths,
+        "reward_file": task.reward_file,
+        "required_tests": task.required_tests,
         "reference_patch": task.reference_patch,
         "limits": {
             "setup_timeout": task.setup_timeout,
