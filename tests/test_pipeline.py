@@ -236,6 +236,26 @@ def test_container_removed_mid_run_is_an_infrastructure_error(worker, load_examp
     assert attempt.sandbox_state == SandboxState.DELETED  # not "stopped and kept": it is gone
 
 
+def test_container_killed_from_outside_is_an_infrastructure_error(worker, load_example):
+    import time
+
+    from attempts.sandbox import runtime
+
+    task = load_example("fix-add")
+    attempt = attempt_create(task=task, agent="command", command="echo started; sleep 60")
+    deadline = time.monotonic() + 60
+    while not Event.objects.filter(attempt=attempt, kind=EventKind.OUTPUT).exists():
+        assert time.monotonic() < deadline, "the agent never started"
+        time.sleep(0.1)
+    attempt.refresh_from_db()
+    runtime.client().api.kill(attempt.container_id)  # an operator, not the agent
+    attempt = wait_finished([attempt])[0]
+    assert attempt.outcome == Outcome.INFRA_ERROR and attempt.score is None
+    assert attempt.failure_reason.startswith("work: ")
+    assert "is not running (exit code 137)" in attempt.failure_reason
+    assert attempt.checks.count() == 0
+
+
 def test_setup_runs_before_the_agent_and_a_reward_file_decides_the_score(worker, load_example):
     task = load_example(
         "fix-add",
