@@ -32,6 +32,12 @@ _NEUTRAL_ATTRIBUTES = (
     "* !text !eol !crlf !diff !merge !filter !ident !working-tree-encoding !whitespace\n"
 )
 _GIT_TIMEOUT = 600
+# Git on the worker reads what the agent made: its memory is capped, so no object can inflate
+# into the worker's memory. The agent's own .git is read for its commit list only, within a
+# smaller cap.
+_GIT_MEMORY = 4 * 1024**3
+_AGENT_GIT_MEMORY = 128 * 1024**2
+MAX_AGENT_GIT_BYTES = 256 * 1024**2
 MAX_COMMITS = 200
 
 
@@ -92,7 +98,7 @@ def read_tree(
                 if ".git" in parts:
                     if git_ok and _agent_git_member(parts):
                         git_bytes += member.size
-                        git_ok = git_bytes <= max_bytes
+                        git_ok = git_bytes <= min(max_bytes, MAX_AGENT_GIT_BYTES)
                         if git_ok:
                             _extract(tar, member, agent_git / "/".join(parts[1:]))
                     continue
@@ -123,6 +129,12 @@ def read_tree(
                         member.linkname[len(PREFIX) :] if member.linkname.startswith(PREFIX) else ""
                     )
                     if linked in tree.paths and linked not in links:
+                        # A link costs git (and the patch) a whole copy: count it as one.
+                        tree.bytes += (tree.root / linked).stat().st_size
+                        if tree.bytes > max_bytes:
+                            raise ChangesUnavailable(
+                                f"the workspace holds more than {max_bytes} bytes of files"
+                            )
                         target.parent.mkdir(parents=True, exist_ok=True)
                         os.link(tree.root / linked, target)
                     elif linked:
@@ -175,6 +187,7 @@ def _run(*args: str, env: dict[str, str], cwd: Path, output: Path | None = None,
         "-c",
         "core.bare=false",
         *args,
+        memory_limit=_GIT_MEMORY,
         env=env,
         cwd=cwd,
         timeout=_GIT_TIMEOUT,
@@ -212,7 +225,13 @@ class Changes:
 
 
 def record(
-    tree: AgentTree, *, base_git: Path, base_commit: str, scratch: Path, protection: Protection
+    tree: AgentTree,
+    *,
+    base_git: Path,
+    base_commit: str,
+    scratch: Path,
+    protection: Protection,
+    max_patch_bytes: int,
 ) -> Changes:
     """Diff the agent's tree against the base, in a repository of Boltz's own."""
     where = scratch / "record"
@@ -250,6 +269,8 @@ def record(
         base = listing(env, tree.root, tree_ish=base_commit)
     except repos.GitError as exc:
         raise ChangesUnavailable(f"git could not record the workspace: {exc}") from exc
+    if patch.stat().st_size > max_patch_bytes:
+        raise ChangesUnavailable(f"the changes make a patch of more than {max_patch_bytes} bytes")
     ignored = tree.paths - set(final)
     return Changes(
         patch=patch,
@@ -268,15 +289,22 @@ def agent_commits(git_dir: Path | None, base_commit: str, scratch: Path) -> list
     env = {"GIT_DIR": str(git_dir)}
     try:
         out = repos.clean_git(
+            "-c",
+            "core.packedGitWindowSize=8m",
+            "-c",
+            "core.packedGitLimit=32m",
+            "-c",
+            "core.deltaBaseCacheLimit=8m",
             "log",
             "-z",
             f"--max-count={MAX_COMMITS}",
-            "--format=%H%x09%an%x09%s",
+            "--format=%H%x09%<(200,trunc)%an%x09%<(500,trunc)%s",
             f"{base_commit}..HEAD",
             env=env,
             cwd=scratch,
             timeout=60,
             raw=True,
+            memory_limit=_AGENT_GIT_MEMORY,
         )
     except repos.GitError:
         return []
@@ -284,7 +312,13 @@ def agent_commits(git_dir: Path | None, base_commit: str, scratch: Path) -> list
     for raw in out[: 1 << 20].split(b"\0"):
         parts = raw.decode("utf-8", errors="replace").strip("\n").split("\t", 2)
         if len(parts) == 3:
-            commits.append({"id": parts[0], "author": parts[1][:200], "subject": parts[2][:500]})
+            commits.append(
+                {
+                    "id": parts[0],
+                    "author": parts[1].rstrip()[:200],
+                    "subject": parts[2].rstrip()[:500],
+                }
+            )
     return commits
 
 

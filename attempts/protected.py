@@ -10,29 +10,52 @@ folder.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 # Compiled files that could stand in for a test module: reset like the rest, but an agent that
 # merely ran Python leaves them (ignored by .gitignore), which is not worth a reviewer's flag.
 QUIET_PROTECTED = ("**/__pycache__", "**/*.pyc", "**/*.pyo")
-# Protected for every task: what pytest reads before it runs a test (conftest files, its
-# configuration files, a module at the top of the tree that `python -m pytest` would import
-# instead of pytest or its plugin manager, interpreter start-up hooks), and compiled files.
+# Protected for every task: what pytest reads before it runs a test (conftest files and its
+# configuration files wherever they are, package metadata whose entry points load plugins,
+# interpreter start-up hooks) and compiled files.
 DEFAULT_PROTECTED = (
     "**/conftest.py",
-    "pytest.ini",
-    ".pytest.ini",
-    "tox.ini",
-    "setup.cfg",
-    "pyproject.toml",
-    "pytest.py",
-    "_pytest",
-    "py.py",
-    "pluggy",
+    "**/pytest.ini",
+    "**/.pytest.ini",
+    "**/tox.ini",
+    "**/setup.cfg",
+    "**/pyproject.toml",
+    "**/*.dist-info",
+    "**/*.egg-info",
+    "**/*.egg-link",
+    "*.pth",
     "**/sitecustomize.py",
     "**/usercustomize.py",
     *QUIET_PROTECTED,
+)
+# `python -m pytest` puts /workspace first on sys.path: a module or package at its top named
+# like pytest, one of its dependencies or a standard-library module would be imported instead
+# of the real one, before any test runs. Names common as a repository's own folders are left.
+SHADOWED_MODULES = frozenset(
+    {
+        "pytest",
+        "_pytest",
+        "py",
+        "pluggy",
+        "iniconfig",
+        "packaging",
+        "exceptiongroup",
+        "tomli",
+        "colorama",
+        "attr",
+        "attrs",
+        "more_itertools",
+        "atomicwrites",
+        *sys.stdlib_module_names,
+    }
+    - {"test", "this", "antigravity", "idlelib", "turtledemo"}
 )
 
 
@@ -118,6 +141,7 @@ class Protection:
 
     patterns: tuple[str, ...]
     literal: frozenset[str] = frozenset()
+    top_level_modules: frozenset[str] = frozenset()  # name.py or name/ at the top of the tree
 
     def __post_init__(self):
         object.__setattr__(self, "_regexes", tuple(_compile(p) for p in self.patterns))
@@ -125,6 +149,11 @@ class Protection:
     def covers(self, path: str) -> bool:
         if path in self.literal or any(path.startswith(p + "/") for p in self.literal):
             return True
+        if self.top_level_modules:
+            top, inside, _rest = path.partition("/")
+            name = top[:-3] if top.endswith(".py") and not inside else top
+            if name in self.top_level_modules:
+                return True
         return any(regex.match(path) for regex in self._regexes)  # type: ignore[attr-defined]
 
     def select(self, paths: Iterable[str]) -> list[str]:
@@ -137,7 +166,7 @@ def protection_for(
     """Every task's defaults, the task's own patterns, its hidden check files and the paths its
     check removes."""
     patterns = tuple(dict.fromkeys([*DEFAULT_PROTECTED, *protected_paths]))
-    return Protection(patterns, frozenset([*hidden_paths, *removed]))
+    return Protection(patterns, frozenset([*hidden_paths, *removed]), SHADOWED_MODULES)
 
 
 def changes_to(

@@ -12,6 +12,7 @@ import hashlib
 import io
 import os
 import re
+import resource
 import shutil
 import subprocess
 import tarfile
@@ -48,8 +49,10 @@ def git(
     timeout: float = 600,
     output: Path | None = None,
     raw: bool = False,
+    memory_limit: int | None = None,
 ):
-    """Run git; its output as text (bytes with `raw`), or written to the file `output`."""
+    """Run git; its output as text (bytes with `raw`), or written to the file `output`.
+    `memory_limit` caps git's address space (bytes): for git run on what an agent made."""
     full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})}
     what = next((a for a in args if not a.startswith("-") and "=" not in a), args[0])
     try:
@@ -62,6 +65,7 @@ def git(
                 stdout=sink if output else subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 timeout=timeout,
+                preexec_fn=_limit_memory(memory_limit) if memory_limit else None,
             )
     except subprocess.TimeoutExpired:
         raise GitError(f"git {what} took longer than {timeout:.0f}s") from None
@@ -71,6 +75,13 @@ def git(
     if output:
         return ""
     return proc.stdout if raw else proc.stdout.decode("utf-8", errors="replace")
+
+
+def _limit_memory(limit: int):
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return apply
 
 
 def is_local(url: str) -> bool:

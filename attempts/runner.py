@@ -55,14 +55,8 @@ from .workspace import filter_workspace, sandbox_owned
 
 log = logging.getLogger(__name__)
 
-CHECK_DIR = "/tmp/boltz-check"
-# Where Boltz asks pytest for its own JUnit report (PYTEST_ADDOPTS), a second witness beside
-# the check's exit code.
-WITNESS_DIR = "/tmp/boltz-witness"
-WITNESS_ADDOPTS = f"--junitxml={WITNESS_DIR}/pytest.xml"
-# An in-place check's HOME: empty, so nothing the agent left in its home reaches the check.
-CHECK_HOME = "/tmp/boltz-check-home"
 BOLTZ_DIR = "/tmp/boltz"
+WITNESS_PLUGIN = (Path(__file__).parent / "sandbox" / "pytest_witness.py").read_bytes()
 LIVE_FLUSH_BYTES = 4096
 LIVE_FLUSH_SECONDS = 0.5
 STOP_CHECK_SECONDS = 1.0
@@ -70,15 +64,74 @@ MAX_CHECK_FILE = 8 * 1024 * 1024
 
 # Resets protected paths before a check, as the sandbox user (who owns every file the agent
 # made): the lists are NUL-separated files Boltz wrote. Folders on the way are made writable
-# first, so a folder the agent made read-only cannot keep a protected file in place.
+# first, so a folder the agent made read-only cannot keep a protected file in place; if a path
+# still cannot be removed, the whole tree is made writable and the removal tried again. Then
+# the check's own folders are made: new names, so `mkdir` fails if anything is in the way.
 _RESET_SCRIPT = r"""
 lists="$1"; shift
+remove() { if [ -s "$lists/remove" ]; then xargs -0 -r rm -rf -- < "$lists/remove"; fi; }
+chmod u+rwx /workspace 2>/dev/null
 if [ -s "$lists/parents" ]; then xargs -0 -r chmod u+rwx -- < "$lists/parents" 2>/dev/null; fi
 if [ -s "$lists/folders" ]; then xargs -0 -r chmod -R u+rwX -- < "$lists/folders" 2>/dev/null; fi
-if [ -s "$lists/remove" ]; then xargs -0 -r rm -rf -- < "$lists/remove" || exit 1; fi
-rm -rf -- "$lists" "$@"
-mkdir -p -- "$@"
+if ! remove 2>/dev/null; then
+  chmod -R u+rwX /workspace 2>/dev/null
+  remove || exit 1
+fi
+rm -rf -- "$lists"
+for folder in "$@"; do mkdir -m 700 -- "$folder" || exit 1; done
 """
+
+
+class CheckBlocked(Exception):
+    """Something in the agent's tree kept the check from running as it should (a setup that
+    fails on its changes, protected paths that cannot be reset): the check fails with this."""
+
+    def __init__(self, summary: str, run: CommandRun):
+        super().__init__(summary)
+        self.summary = summary
+        self.run = run
+
+
+@dataclass(frozen=True)
+class CheckFolders:
+    """One check's folders, under names no agent can guess or prepare in advance."""
+
+    token: str
+
+    @classmethod
+    def new(cls) -> CheckFolders:
+        return cls(secrets.token_hex(8))
+
+    @property
+    def reports(self) -> str:  # $BOLTZ_CHECK_DIR: the check's reports and reward file
+        return f"/tmp/boltz-check-{self.token}"
+
+    @property
+    def witness(self) -> str:  # what Boltz's pytest plugin writes
+        return f"/tmp/boltz-witness-{self.token}"
+
+    @property
+    def home(self) -> str:  # an in-place check's HOME
+        return f"/tmp/boltz-home-{self.token}"
+
+    @property
+    def plugin(self) -> str:  # Boltz's pytest plugin, owned by root
+        return f"/tmp/boltz-plugin-{self.token}"
+
+    @property
+    def module(self) -> str:
+        return f"boltz_witness_{self.token}"
+
+    def plugin_tar(self) -> bytes:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            folder = tarfile.TarInfo(self.plugin.lstrip("/"))
+            folder.type, folder.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(folder)
+            module = tarfile.TarInfo(f"{self.plugin.lstrip('/')}/{self.module}.py")
+            module.size, module.mode = len(WITNESS_PLUGIN), 0o644
+            tar.addfile(module, io.BytesIO(WITNESS_PLUGIN))
+        return buffer.getvalue()
 
 
 @dataclass
@@ -449,6 +502,7 @@ class AttemptRunner:
             base_commit=task.base_commit,
             scratch=scratch,
             protection=self.protection,
+            max_patch_bytes=settings.BOLTZ_MAX_TREE_BYTES,
         )
         shutil.rmtree(tree.root, ignore_errors=True)  # what is kept is the patch
         limit = settings.BOLTZ_MAX_DIFF_BYTES
@@ -502,8 +556,13 @@ class AttemptRunner:
         archive = self._check_archive()
         paths = set(self.checked[1])
         with archive.open("rb") as source, tempfile.TemporaryFile() as out:
+            links = {p for p, meta in self.checked[1].items() if meta.startswith("120000 ")}
             copied, omitted = filter_workspace(
-                source, out, keep=paths, max_bytes=settings.BOLTZ_MAX_WORKSPACE_BYTES
+                source,
+                out,
+                keep=paths,
+                max_bytes=settings.BOLTZ_MAX_WORKSPACE_BYTES,
+                links=links,
             )
             out.seek(0)
             name = default_storage.save(self._storage_name("workspace.tar.gz"), File(out))
@@ -529,74 +588,56 @@ class AttemptRunner:
         )
 
     def _reset_protected(
-        self, sandbox: Sandbox, entries: dict[str, str], extra_dirs: list[str]
+        self, sandbox: Sandbox, entries: dict[str, str], folders: list[str]
     ) -> None:
         """Reset every protected path to the base, put the hidden check files over the tree,
-        and empty the folders the check writes to."""
+        and make the check's folders. Raises CheckBlocked if the tree keeps that from working."""
         task = self.task
         base_git = self._base_repository()
         if self._base_files is None:
             self._base_files = changes.listing(
                 {"GIT_DIR": str(base_git)}, self.scratch, tree_ish=task.base_commit
             )
-        base = self._base_files
         hidden = list(task.check_file_paths)
+        removed = list(task.check_removed_paths)
         plan = reset_plan(
-            self.protection,
-            entries=entries,
-            base=base,
-            targets=[*hidden, *task.check_removed_paths],
+            self.protection, entries=entries, base=self._base_files, targets=[*hidden, *removed]
         )
         lists = f"/tmp/boltz-reset-{secrets.token_hex(8)}"
-        sandbox.put_archive(
-            "/",
-            _tar(
-                {
-                    f"{lists[1:]}/remove": _nul(plan.remove + list(task.check_removed_paths)),
-                    f"{lists[1:]}/parents": _nul(plan.parents),
-                    f"{lists[1:]}/folders": _nul(plan.folders),
-                }
-            ),
-        )
-        run = self.exec(
-            "reset",
-            [
-                "/bin/sh",
-                "-c",
-                _RESET_SCRIPT,
-                "boltz-reset",
-                lists,
-                CHECK_DIR,
-                WITNESS_DIR,
-                *extra_dirs,
-            ],
-            timeout=120,
-            live=False,
-            sandbox=sandbox,
-            display=f"reset {len(plan.restore)} protected path(s) to the base, "
-            f"remove {len(plan.remove)}, restore {len(hidden)} hidden check file(s)",
-        )
-        if run.result.exit_code != 0:
-            raise InfrastructureError(
-                f"protected paths could not be reset: {clip(run.text(), 500)}"
+
+        def reset(remove: list[str], make: list[str], display: str) -> None:
+            listed = {"remove": remove, "parents": plan.parents, "folders": plan.folders}
+            sandbox.put_archive(
+                "/", _tar({f"{lists[1:]}/{name}": _nul(paths) for name, paths in listed.items()})
             )
+            run = self.exec(
+                "reset",
+                ["/bin/sh", "-c", _RESET_SCRIPT, "boltz-reset", lists, *make],
+                timeout=120,
+                live=False,
+                sandbox=sandbox,
+                display=display,
+            )
+            if run.result.timed_out or run.result.exit_code != 0:
+                raise CheckBlocked(
+                    f"protected paths could not be reset in the agent's tree: "
+                    f"{clip(run.text().strip(), 300) or 'exit code ' + str(run.result.exit_code)}",
+                    run,
+                )
+
+        reset(
+            plan.remove + removed,
+            folders,
+            f"reset {len(plan.restore)} protected path(s) to the base, remove "
+            f"{len(plan.remove)}, restore {len(hidden)} hidden check file(s)",
+        )
         restore = changes.base_files(base_git, task.base_commit, plan.restore, self.scratch)
         if restore:
             sandbox.put_archive("/", restore)
         if task.check_files:
             sandbox.put_archive("/", bytes(task.check_files))
-        if task.check_removed_paths:
-            sandbox.put_archive(
-                "/", _tar({f"{lists[1:]}/remove": _nul(list(task.check_removed_paths))})
-            )
-            self.exec(
-                "reset",
-                ["/bin/sh", "-c", _RESET_SCRIPT, "boltz-reset", lists],
-                timeout=120,
-                live=False,
-                sandbox=sandbox,
-                display=f"remove {len(task.check_removed_paths)} path(s) the check removes",
-            )
+        if removed:
+            reset(removed, [], f"remove {len(removed)} path(s) the check removes")
         self.timeline.add(
             EventKind.FILE,
             action="restore",
@@ -612,9 +653,14 @@ class AttemptRunner:
             self.timeline.reviewer(
                 "recheck", requested_by, f"re-check of the same files by {requested_by}"
             )
-        if task.check_mode == "in_place":
-            return self._check_in_place(requested_by)
-        return self._check_fresh(requested_by)
+        mode = "in_place" if task.check_mode == "in_place" else "fresh"
+        try:
+            if mode == "in_place":
+                return self._check_in_place(requested_by)
+            return self._check_fresh(requested_by)
+        except CheckBlocked as exc:
+            score = scoring.Score(False, 0.0, "exit_code", summary=exc.summary)
+            return self._save_check(requested_by, mode=mode, run=exc.run, score=score)
 
     def _check_fresh(self, requested_by: str) -> CheckResult:
         task = self.task
@@ -631,29 +677,27 @@ class AttemptRunner:
         try:
             with archive.open("rb") as handle:
                 sandbox.put_archive("/", handle)
-            archive.unlink()
             sandbox.start()
             entries = changes.index_entries(self.checked[1])
             if task.setup_command.strip():
-                # The setup runs as it did at start: on the base's protected paths.
-                self._reset_protected(sandbox, entries, [])
-            setup = self._setup(sandbox, "check-setup")
-            if setup is not None and (setup.result.timed_out or setup.result.exit_code != 0):
-                why = "timed out" if setup.result.timed_out else f"exited {setup.result.exit_code}"
-                return self._save_check(
-                    requested_by,
-                    mode="fresh",
-                    run=setup,
-                    score=scoring.Score(
-                        False,
-                        0.0,
-                        "exit_code",
-                        summary=f"the task's setup command {why} on the agent's changes",
-                    ),
-                )
+                self._fresh_setup(sandbox, entries, archive)
+            archive.unlink()
             return self._run_check(sandbox, entries, requested_by, mode="fresh")
         finally:
             sandbox.remove()
+
+    def _fresh_setup(self, sandbox: Sandbox, entries: dict[str, str], archive: Path) -> None:
+        """Set the check's container up as the agent's was: on the base's protected paths.
+        The setup may run the agent's code (its setup.py), so afterwards every process is
+        ended and the recorded files are put back: what is checked is what was recorded."""
+        self._reset_protected(sandbox, entries, [])
+        setup = self._setup(sandbox, "check-setup")
+        if setup is not None and (setup.result.timed_out or setup.result.exit_code != 0):
+            why = "timed out" if setup.result.timed_out else f"exited {setup.result.exit_code}"
+            raise CheckBlocked(f"the task's setup command {why} on the agent's changes", setup)
+        sandbox.kill_all_processes()
+        with archive.open("rb") as handle:
+            sandbox.put_archive("/", handle)
 
     def _check_in_place(self, requested_by: str) -> CheckResult:
         self.timeline.add(
@@ -672,18 +716,33 @@ class AttemptRunner:
         self, sandbox: Sandbox, entries: dict[str, str], requested_by: str, *, mode: str
     ) -> CheckResult:
         task = self.task
-        in_place = mode == "in_place"
-        self._reset_protected(sandbox, entries, [CHECK_HOME] if in_place else [])
+        folders = CheckFolders.new()
+        made = [folders.reports, folders.witness]
+        if mode == "in_place":
+            made.append(folders.home)
+        self._reset_protected(sandbox, entries, made)
+        sandbox.put_archive("/", folders.plugin_tar())
+        image_env = sandbox.image_environment()
         env = {
-            "BOLTZ_CHECK_DIR": CHECK_DIR,
-            "PYTEST_ADDOPTS": WITNESS_ADDOPTS,
+            "BOLTZ_CHECK_DIR": folders.reports,
+            "BOLTZ_WITNESS_DIR": folders.witness,
+            "PYTEST_ADDOPTS": " ".join(
+                filter(None, [f"-p {folders.module}", image_env.get("PYTEST_ADDOPTS")])
+            ),
+            "PYTHONPATH": ":".join(filter(None, [folders.plugin, image_env.get("PYTHONPATH")])),
             "PYTHONNOUSERSITE": "1",
+            # A check that runs git in /workspace runs none of the agent's hooks or monitors.
+            "GIT_CONFIG_COUNT": "2",
+            "GIT_CONFIG_KEY_0": "core.fsmonitor",
+            "GIT_CONFIG_VALUE_0": "false",
+            "GIT_CONFIG_KEY_1": "core.hooksPath",
+            "GIT_CONFIG_VALUE_1": "/dev/null",
         }
-        if in_place:
+        if mode == "in_place":
             env.update(
-                HOME=CHECK_HOME,
-                PYTHONUSERBASE=f"{CHECK_HOME}/.no-user-site",
-                XDG_CONFIG_HOME=f"{CHECK_HOME}/.config",
+                HOME=folders.home,
+                PYTHONUSERBASE=f"{folders.home}/.no-user-site",
+                XDG_CONFIG_HOME=f"{folders.home}/.config",
             )
         ooms = sandbox.oom_kills()
         run = self.exec(
@@ -694,8 +753,16 @@ class AttemptRunner:
             sandbox=sandbox,
         )
         after = sandbox.oom_kills()
-        files = sandbox.read_files(CHECK_DIR, max_bytes=MAX_CHECK_FILE)
-        witness = sandbox.read_files(WITNESS_DIR, max_bytes=MAX_CHECK_FILE).get("pytest.xml")
+        files = sandbox.read_files(folders.reports, max_bytes=MAX_CHECK_FILE)
+        witness, notes = [], []
+        for name, data in sorted(
+            sandbox.read_files(folders.witness, max_bytes=MAX_CHECK_FILE).items()
+        ):
+            if name.endswith(".json") and "/" not in name:
+                try:
+                    witness.append(scoring.parse_witness(data))
+                except scoring.ScoringError as exc:
+                    notes.append(str(exc))
         score = scoring.score_check(
             exit_code=run.result.exit_code,
             timed_out=run.result.timed_out,
@@ -704,6 +771,7 @@ class AttemptRunner:
             reward_file=task.reward_file,
             witness=witness,
         )
+        score.notes.extend(notes)
         if ooms is not None and after is not None and after > ooms and not score.passed:
             limit = memory_text(task.memory_bytes)
             score.summary = f"the check was killed: out of memory ({limit} limit); {score.summary}"
@@ -842,7 +910,9 @@ class AttemptRunner:
                     reason = f"the check ran past its {self.task.check_timeout:g}s limit"
                 elif not result.passed and (
                     result.problem
-                    or result.summary.startswith(("the check was killed", "the task's setup"))
+                    or result.summary.startswith(
+                        ("the check was killed", "the task's setup", "protected paths")
+                    )
                 ):
                     reason = result.summary
                 elif not result.passed and self.agent_oom:
@@ -910,8 +980,9 @@ def _nul(paths: list[str]) -> bytes:
 def attempt_budget(attempt: Attempt) -> float:
     """Seconds an attempt may take in all: every stage's limit plus room for Docker itself."""
     task = attempt.task
+    setups = 1 if task.check_mode == "in_place" else 2  # a fresh check container is set up too
     return (
-        task.setup_timeout
+        setups * task.setup_timeout
         + task.agent_timeout
         + task.check_timeout
         + settings.BOLTZ_DEADLINE_MARGIN

@@ -180,6 +180,67 @@ def disagreement(tests: list[TestCase], exit_code: int | None, *, both_ways: boo
     return ""
 
 
+@dataclass
+class WitnessRun:
+    """One pytest run as Boltz's own plugin saw it (attempts/sandbox/pytest_witness.py)."""
+
+    finished: bool
+    exitstatus: int | None
+    tests: list[TestCase]
+
+
+def parse_witness(data: bytes) -> WitnessRun:
+    try:
+        payload = json.loads(data.decode("utf-8", errors="replace"))
+        tests = [
+            TestCase(junit_name(str(node))[:1000], str(outcome))
+            for node, outcome in dict(payload.get("tests") or {}).items()
+            if outcome in ("passed", "failed", "error", "skipped")
+        ]
+        status = payload.get("exitstatus")
+        return WitnessRun(
+            payload.get("finished") is True, status if isinstance(status, int) else None, tests
+        )
+    except (ValueError, TypeError, AttributeError):
+        raise ScoringError("Boltz's pytest report could not be read") from None
+
+
+_WORSE = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+
+
+def merge_reports(reports: list[list[TestCase]]) -> tuple[list[TestCase], str]:
+    """Every test once, with its worst outcome across the reports, and a problem when reports
+    contradict each other on a test (it failed in one and passed or was skipped in another)."""
+    merged: dict[str, TestCase] = {}
+    verdicts: dict[str, set[bool]] = {}  # per test: failed somewhere? one entry per report
+    for report in reports:
+        worst_here: dict[str, str] = {}
+        for case in report:
+            known = merged.get(case.name)
+            if known is None or _WORSE[case.outcome] > _WORSE[known.outcome]:
+                merged[case.name] = TestCase(
+                    case.name,
+                    case.outcome,
+                    case.duration or (known.duration if known else 0.0),
+                    case.message or (known.message if known else ""),
+                )
+            elif not known.message and case.message:
+                known.message = case.message
+            here = worst_here.get(case.name)
+            if here is None or _WORSE[case.outcome] > _WORSE[here]:
+                worst_here[case.name] = case.outcome
+        for name, outcome in worst_here.items():
+            verdicts.setdefault(name, set()).add(_WORSE[outcome] >= _WORSE["failed"])
+    conflicts = [name for name, seen in verdicts.items() if len(seen) == 2]
+    problem = ""
+    if conflicts:
+        problem = (
+            f"check results disagree: the test reports contradict each other on "
+            f"{_listed(conflicts, 3)} (failed in one, not in another)"
+        )
+    return list(merged.values()), problem
+
+
 def score_check(
     *,
     exit_code: int | None,
@@ -187,16 +248,17 @@ def score_check(
     files: dict[str, bytes],
     required: list[str] | None = None,
     reward_file: bool = False,
-    witness: bytes | None = None,
+    witness: list[WitnessRun] = (),
 ) -> Score:
-    """Score a finished check from its exit code and the files it wrote to its output folder.
+    """Score a finished check from its exit code, the files it wrote to its output folder and
+    what Boltz's pytest plugin saw.
 
     - `reward_file`: the task declares that its check writes reward.txt or reward.json, which
       then decides; one that is missing or unreadable fails the check with no score. Without
       it, a reward file is ignored and reported.
-    - `required` test ids: the JUnit report decides, all of them must pass.
-    - `witness`: the JUnit report Boltz asked pytest for, when the task's command wrote none:
-      per-test outcomes, and a second witness beside the exit code.
+    - `required` test ids: the test reports decide, all of them must pass.
+    - `witness`: the pytest runs Boltz's plugin recorded. A run that started and never
+      finished, or reports that contradict each other or the exit code, fail the check.
     """
     notes: list[str] = []
     present = [name for name in (REWARD_JSON, REWARD_TXT) if name in files]
@@ -205,7 +267,18 @@ def score_check(
         notes.append(
             f"ignored {', '.join(ignored)}: the task does not declare that its check writes one"
         )
-    score = _score(exit_code, timed_out, files, required, reward_file, witness, notes)
+    own = junit_files(files)
+    reports = [_collect_tests([report], notes) for report in own]
+    tests, problem = merge_reports([r for r in reports if r] + [run.tests for run in witness])
+    score = _score(exit_code, timed_out, files, required, reward_file, bool(own), tests, notes)
+    unfinished = [run for run in witness if not run.finished]
+    if unfinished and not timed_out:
+        problem = (
+            f"pytest did not finish its run: it ended early (the check exited {exit_code}), "
+            "so no test report can be trusted"
+        )
+    if not timed_out:
+        score.problem = score.problem or problem
     score.ignored_reward_files = ignored
     if score.problem:
         score.passed = False
@@ -215,29 +288,23 @@ def score_check(
     return score
 
 
-def _score(exit_code, timed_out, files, required, reward_file, witness, notes) -> Score:
+def _score(exit_code, timed_out, files, required, reward_file, own_report, tests, notes):
     if timed_out:
         return Score(
             False,
             0.0,
             "exit_code",
+            tests=tests,
             notes=["the check timed out"],
             summary="the check ran past its time limit",
         )
-    junit = junit_files(files)
-    if not junit and witness:
-        junit = [("pytest report collected by Boltz", witness)]
-        own_report = False
-    else:
-        own_report = bool(junit)
     if required:
-        if not junit:
-            notes.append("the check wrote no JUnit report, so no required test passed")
-        result = score_required(_collect_tests(junit, notes), required, notes)
+        if not tests:
+            notes.append("the check wrote no test report, so no required test passed")
+        result = score_required(tests, required, notes)
         result.problem = disagreement(result.tests, exit_code, both_ways=True)
         return result
     if reward_file:
-        tests = _collect_tests(junit, notes)
         for name, parse in ((REWARD_JSON, parse_reward_json), (REWARD_TXT, parse_reward_txt)):
             if name in files:
                 try:
@@ -261,7 +328,6 @@ def _score(exit_code, timed_out, files, required, reward_file, witness, notes) -
             notes=notes,
             problem=f"the check wrote {why}, and the task declares that it writes one",
         )
-    tests = _collect_tests(junit, notes)
     counted = [t for t in tests if t.outcome != "skipped"]
     if own_report and counted:
         passed = sum(1 for t in counted if t.outcome == "passed")
@@ -297,8 +363,8 @@ def _score(exit_code, timed_out, files, required, reward_file, witness, notes) -
 
 
 def junit_files(files: dict[str, bytes]) -> list[tuple[str, bytes]]:
-    """The check's JUnit reports (*.xml in its output folder), in name order."""
-    return sorted((n, d) for n, d in files.items() if n.endswith(".xml"))
+    """The check's JUnit reports (*.xml at the top of its output folder), in name order."""
+    return sorted((n, d) for n, d in files.items() if n.endswith(".xml") and "/" not in n)
 
 
 def _collect_tests(junit: list[tuple[str, bytes]], notes: list[str]) -> list[TestCase]:

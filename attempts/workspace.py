@@ -55,11 +55,16 @@ def safe_relative(name: str) -> str | None:
     return clean
 
 
-def link_stays_inside(name: str, target: str) -> bool:
+def link_stays_inside(name: str, target: str, links: set[str] | frozenset = frozenset()) -> bool:
+    """A link's target stays inside the archive's folder, and does not pass through another
+    link of the archive (a chain of links could climb out where each one alone does not)."""
     if not target or target.startswith("/"):
         return False
-    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(name), target))
-    return safe_relative(resolved) is not None
+    resolved = safe_relative(posixpath.normpath(posixpath.join(posixpath.dirname(name), target)))
+    if resolved is None:
+        return False
+    parts = resolved.split("/")
+    return not any("/".join(parts[:i]) in links for i in range(1, len(parts) + 1))
 
 
 def filter_workspace(
@@ -69,9 +74,11 @@ def filter_workspace(
     keep: set[str],
     prefix: str = "workspace/",
     max_bytes: int,
+    links: set[str] | frozenset = frozenset(),
 ) -> tuple[int, list[dict]]:
     """Copy the members of the tar stream `source` whose path (below `prefix`) is in `keep`
-    into a gzip tar on `out`. Returns (content bytes copied, [{path, reason}] left out)."""
+    into a gzip tar on `out`. `links`: every symbolic link in the tree, so a link through
+    another one is left out. Returns (content bytes copied, [{path, reason}] left out)."""
     omitted: list[dict] = []
     copied = 0
     kept: set[str] = set()
@@ -93,12 +100,12 @@ def filter_workspace(
             info.mode, info.mtime = member.mode & 0o777, member.mtime
             sandbox_owned(info)
             if member.issym():
-                if not link_stays_inside(clean, member.linkname):
+                if not link_stays_inside(clean, member.linkname, links):
                     omitted.append(
                         {
                             "path": clean,
                             "reason": f"link to {member.linkname[:200]} "
-                            "points outside the workspace",
+                            "points outside the workspace or through another link",
                         }
                     )
                     continue

@@ -108,12 +108,21 @@ def test_defaults_protect_what_pytest_reads_before_a_test():
         "_pytest/x.py",
         "sitecustomize.py",
         "pkg/__pycache__/m.cpython-311.pyc",
+        "tests/pytest.ini",  # the first one above the tests wins
+        "sub/pyproject.toml",
+        "evil-1.0.dist-info/entry_points.txt",
+        "src/evil.egg-info/entry_points.txt",
+        "evil.pth",
+        "argparse.py",  # would shadow the standard library for `python -m pytest`
+        "iniconfig/__init__.py",
     ):
         assert protection.covers(path), path
     for path in (
         "calc.py",
-        "sub/pyproject.toml",
         "tests/test_calc.py",
+        "test/test_calc.py",  # a common folder name, though the standard library has one
+        "src/json/decoder.py",
+        "lib/evil.pth",
         "conftest.py.bak",
         "src/_pytest/main.py",  # pytest's own repository can still be fixed
         "lib/pytest.py",

@@ -3,7 +3,13 @@ must agree."""
 
 import pytest
 
-from attempts.scoring import parse_junit, score_check
+from attempts.scoring import (
+    ScoringError,
+    WitnessRun,
+    parse_junit,
+    parse_witness,
+    score_check,
+)
 
 JUNIT = b"""<?xml version="1.0"?>
 <testsuites><testsuite name="pytest" tests="4">
@@ -87,12 +93,17 @@ def test_a_report_of_only_passes_from_a_check_that_failed_disagrees():
     )
 
 
+def witnessed(junit: bytes = JUNIT, finished: bool = True, exitstatus: int = 1) -> WitnessRun:
+    """What Boltz's pytest plugin saw: the same tests as the JUnit report."""
+    return WitnessRun(finished, exitstatus, parse_junit(junit))
+
+
 def test_boltz_own_pytest_report_is_a_second_witness_beside_the_exit_code():
-    # The task's command wrote no report; pytest wrote Boltz's (PYTEST_ADDOPTS).
-    forged_exit = score_check(exit_code=0, timed_out=False, files={}, witness=JUNIT)
+    # The task's command wrote no report; Boltz's plugin saw the run.
+    forged_exit = score_check(exit_code=0, timed_out=False, files={}, witness=[witnessed()])
     assert forged_exit.passed is False and forged_exit.source == "exit_code"
     assert "disagree" in forged_exit.problem
-    failed = score_check(exit_code=1, timed_out=False, files={}, witness=JUNIT)
+    failed = score_check(exit_code=1, timed_out=False, files={}, witness=[witnessed()])
     assert (failed.passed, failed.problem) == (False, "")
     assert failed.summary == (
         "the check exited 1; failing: tests.test_a::test_bad, tests.test_a::test_err"
@@ -100,8 +111,62 @@ def test_boltz_own_pytest_report_is_a_second_witness_beside_the_exit_code():
     assert len(failed.tests) == 4  # per-test outcomes, although the task asked for none
     # A check that fails for another reason after its tests passed (a linter) just fails.
     passing = b'<testsuite><testcase classname="t" name="a"/></testsuite>'
-    linted = score_check(exit_code=1, timed_out=False, files={}, witness=passing)
+    linted = score_check(exit_code=1, timed_out=False, files={}, witness=[witnessed(passing)])
     assert (linted.passed, linted.problem) == (False, "")
+
+
+def test_a_pytest_run_that_never_finished_is_not_trusted():
+    passing = b'<testsuite><testcase classname="t" name="a"/></testsuite>'
+    result = score_check(
+        exit_code=0,
+        timed_out=False,
+        files={"junit.xml": passing},
+        witness=[witnessed(passing, finished=False, exitstatus=None)],
+    )
+    assert (result.passed, result.score) == (False, 0.0)
+    assert result.problem.startswith("pytest did not finish its run: it ended early")
+
+
+def test_reports_that_contradict_each_other_fail_and_the_worst_outcome_counts():
+    passing = (
+        b'<testsuite><testcase classname="tests.test_a" name="test_ok"/>'
+        b'<testcase classname="tests.test_a" name="test_bad"/></testsuite>'
+    )
+    # A second report (written by the code under test) says the failing test passed.
+    result = score_check(
+        exit_code=1,
+        timed_out=False,
+        files={"junit.xml": JUNIT, "zz.xml": passing},
+        required=["tests/test_a.py::test_ok", "tests/test_a.py::test_bad"],
+    )
+    assert result.passed is False
+    assert result.problem.startswith(
+        "check results disagree: the test reports contradict each other on tests.test_a::test_bad"
+    )
+    outcomes = {t.name: t.outcome for t in result.tests}
+    assert outcomes["tests.test_a::test_bad"] == "failed"
+    # The plugin's view against the task's own report: the same rule.
+    alone = score_check(
+        exit_code=1,
+        timed_out=False,
+        files={"junit.xml": passing},
+        witness=[witnessed()],
+    )
+    assert alone.passed is False and "contradict" in alone.problem
+    # Reports nested in folders of the check's output are not read as reports.
+    nested = score_check(exit_code=1, timed_out=False, files={"sub/x.xml": passing})
+    assert nested.source == "exit_code" and nested.tests == []
+
+
+def test_the_plugin_report_parses_and_names_tests_as_junit_does():
+    run = parse_witness(
+        b'{"finished": true, "exitstatus": 1, "tests": '
+        b'{"tests/test_a.py::TestX::test_y[1]": "failed", "tests/test_a.py::test_z": "weird"}}'
+    )
+    assert (run.finished, run.exitstatus) == (True, 1)
+    assert [(t.name, t.outcome) for t in run.tests] == [("tests.test_a.TestX::test_y[1]", "failed")]
+    with pytest.raises(ScoringError):
+        parse_witness(b"not json")
 
 
 def test_broken_junit_falls_back_to_the_exit_code():

@@ -284,6 +284,14 @@ class Sandbox:
         found = _OOM_KILL.search(output)
         return int(found.group(1)) if found else None
 
+    def image_environment(self) -> dict[str, str]:
+        """The environment the container was made with (its image's ENV and Boltz's own)."""
+        info = inspect_container(self.id)
+        if info is None:
+            raise SandboxGone(f"container {self.id[:12]} no longer exists")
+        pairs = (item.partition("=") for item in info["Config"].get("Env") or [])
+        return {name: value for name, _, value in pairs}
+
     def stopped_by_oom(self) -> bool:
         """A container that is no longer running: did the kernel kill it for memory?"""
         try:
