@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from .models import Attempt, AuditEntry, SandboxState, Task
+from .queueing import enqueue_sandbox_removal
 from .storage import delete_tree
 from .timeline import Timeline
 
@@ -43,12 +44,7 @@ def record_audit(
 
 
 def _remove_container_later(attempt_id: int, host: str) -> None:
-    from .services import host_queue
-    from .tasks import remove_sandbox
-
-    transaction.on_commit(
-        lambda: remove_sandbox.apply_async(args=[attempt_id], queue=host_queue(host))
-    )
+    enqueue_sandbox_removal(attempt_id, host=host)
 
 
 def sandbox_delete(*, attempt: Attempt, by: str) -> bool:

@@ -201,6 +201,9 @@ class Attempt(models.Model):
         "{protected: [{path, change}], reward_files: [...]}.",
     )
 
+    exec_count = models.PositiveIntegerField(
+        default=0, help_text="Commands run so far: every exec takes the next number."
+    )
     timings = models.JSONField(default=dict, blank=True, help_text="Seconds per stage.")
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)

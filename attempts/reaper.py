@@ -8,18 +8,16 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from .deletion import attempt_delete, sandbox_delete
-from .errors import InfrastructureError
+from .hosts import register_host
 from .models import (
     ACTIVE_STATUSES,
     DONE_STATUSES,
     Attempt,
     EventKind,
     SandboxState,
-    WorkerHost,
 )
 from .runner import mark_infra_error
 from .sandbox import runtime
@@ -46,48 +44,6 @@ def apply_retention(now=None) -> dict:
         for attempt in Attempt.objects.filter(finished_at__lt=old).select_related("task"):
             attempts += attempt_delete(attempt=attempt, by=RETENTION)
     return {"sandboxes_deleted": sandboxes, "attempts_deleted": attempts}
-
-
-def known_hosts() -> list[str]:
-    """Hosts the reaper should visit: workers seen lately, and hosts holding sandboxes."""
-    recent = timezone.now() - timedelta(days=30)
-    names = set(WorkerHost.objects.filter(last_seen__gte=recent).values_list("name", flat=True))
-    names |= set(
-        Attempt.objects.exclude(host="")
-        .filter(
-            Q(status__in=ACTIVE_STATUSES)
-            | Q(sandbox_state__in=[SandboxState.LIVE, SandboxState.STOPPED])
-        )
-        .order_by("host")
-        .values_list("host", flat=True)
-        .distinct()
-    )
-    return sorted(names)
-
-
-def register_host(host: str, capacity: int) -> None:
-    """Record this worker's host, its capacity and the images it has (for task forms)."""
-    try:
-        images = runtime.list_image_names()
-    except InfrastructureError:
-        images = []
-    WorkerHost.objects.update_or_create(
-        name=host, defaults={"capacity": capacity, "last_seen": timezone.now(), "images": images}
-    )
-
-
-def known_images() -> list[str]:
-    """Every image some worker host reported having."""
-    recent = timezone.now() - timedelta(days=30)
-    return sorted(
-        {
-            i
-            for images in WorkerHost.objects.filter(last_seen__gte=recent).values_list(
-                "images", flat=True
-            )
-            for i in images
-        }
-    )
 
 
 def mark_lost(attempt: Attempt) -> bool:

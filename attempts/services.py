@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import re
 
-from django.conf import settings
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from . import agents
+from . import agents, queueing
 from .bundle import stream_bundle
 from .datasets import export_lines, select_attempts
 from .deletion import record_audit
@@ -107,24 +106,7 @@ def _create_one(task: Task, choice: agents.AgentChoice, queue: str | None) -> At
 
 def attempt_enqueue(*, attempt: Attempt, queue: str | None = None) -> None:
     """Send the attempt to the workers after commit, so no worker sees an uncommitted row."""
-    from .runner import attempt_budget
-    from .tasks import run_attempt
-
-    budget = attempt_budget(attempt)
-    target = queue or settings.BOLTZ_QUEUE
-    transaction.on_commit(
-        lambda: run_attempt.apply_async(
-            args=[attempt.pk],
-            queue=target,
-            soft_time_limit=budget,
-            time_limit=budget * 1.2 + 60,
-        )
-    )
-
-
-def host_queue(host: str) -> str:
-    """The queue that only the worker of `host` consumes (operations on its live sandboxes)."""
-    return f"{settings.BOLTZ_QUEUE}.host.{host}"
+    queueing.enqueue_attempt(attempt, queue=queue)
 
 
 def attempt_export(*, attempt: Attempt, by: str):
@@ -185,8 +167,6 @@ def attempt_rerun(*, attempt: Attempt, by: str) -> Attempt:
 
 def attempt_recheck(*, attempt: Attempt, by: str) -> None:
     """Check the attempt's final files again, in its kept sandbox, on the host that owns it."""
-    from .tasks import recheck_attempt
-
     if attempt.status not in DONE_STATUSES:
         raise TaskInvalid("attempt", "a re-check waits until the attempt has finished")
     if not attempt.host or not attempt.container_id:
@@ -201,5 +181,4 @@ def attempt_recheck(*, attempt: Attempt, by: str) -> None:
             raise TaskInvalid("attempt", "a re-check is already running; wait for its result")
         raise TaskInvalid("attempt", "its sandbox is gone, and a re-check needs its files")
     attempt.sandbox_state = SandboxState.LIVE
-    queue = host_queue(attempt.host)
-    transaction.on_commit(lambda: recheck_attempt.apply_async(args=[attempt.pk, by], queue=queue))
+    queueing.enqueue_recheck(attempt, by=by)

@@ -15,8 +15,8 @@ from . import repos
 from .archives import ArchiveRefused, safe_extract, single_top_folder
 from .env_values import parse_bytes
 from .errors import TaskInvalid
+from .hosts import known_images
 from .models import Task
-from .reaper import known_images
 from .taskdirs import check_reference_applies, protected_patterns
 
 

@@ -15,9 +15,9 @@ from django.utils.text import slugify
 from . import repos
 from .env_values import parse_bytes, parse_seconds
 from .errors import TaskInvalid
+from .hosts import image_known
 from .models import Task
 from .protected import PatternError, check_pattern
-from .sandbox import runtime
 
 TASK_FILE = "task.toml"
 CHECK_FOLDER = "check"
@@ -54,7 +54,7 @@ _LIMIT_KEYS = {
 def require_image(image: str, *, field: str = "image", hint: str = "") -> str:
     """The image a task runs in (empty: the default), refused unless this Docker host has it."""
     name = image or settings.BOLTZ_DEFAULT_IMAGE
-    if not runtime.image_exists(name):
+    if not image_known(name):
         if not hint:
             hint = (
                 "run `python manage.py build_image`"

@@ -1,4 +1,4 @@
-"""Celery tasks: thin. Each takes ids, and calls one function of the runner."""
+"""Celery tasks: thin. Each takes ids and calls one function; queueing.py names them."""
 
 from __future__ import annotations
 
@@ -8,15 +8,16 @@ from celery import shared_task
 from celery.signals import worker_ready
 from django.conf import settings
 
-from . import reaper, runner
+from . import queueing, reaper, runner
 from .errors import DockerUnavailable
+from .models import Attempt, SandboxState
 from .sandbox import runtime
 
 log = logging.getLogger(__name__)
 
 
-@shared_task(name="boltz.run_attempt", bind=True, acks_late=True, max_retries=None)
-def run_attempt(self, attempt_id: int) -> None:
+@shared_task(name=queueing.RUN_ATTEMPT, bind=True, acks_late=True, max_retries=None)
+def run_attempt_task(self, attempt_id: int) -> None:
     """Run one attempt on this worker's Docker host. Only a Docker-daemon fault is retried."""
     try:
         runtime.ping()
@@ -33,28 +34,24 @@ def run_attempt(self, attempt_id: int) -> None:
     runner.run_attempt(attempt_id, host=settings.BOLTZ_HOST)
 
 
-@shared_task(name="boltz.remove_sandbox", acks_late=True)
-def remove_sandbox(attempt_id: int) -> None:
+@shared_task(name=queueing.REMOVE_SANDBOX, acks_late=True)
+def remove_sandbox_task(attempt_id: int) -> None:
     """On the owning host: remove an attempt's containers and record the sandbox as deleted."""
-    from .models import Attempt, SandboxState
-
     runtime.remove_attempt_containers(attempt_id)
     Attempt.objects.filter(pk=attempt_id).update(sandbox_state=SandboxState.DELETED)
 
 
-@shared_task(name="boltz.apply_retention")
-def apply_retention() -> dict:
+@shared_task(name=queueing.APPLY_RETENTION)
+def apply_retention_task() -> dict:
     """Periodic (Celery beat): retention, then the reaper on every known host."""
-    from .services import host_queue
-
     result = reaper.apply_retention()
     for host in reaper.known_hosts():
-        reap_host.apply_async(args=[host], queue=host_queue(host))
+        queueing.enqueue_reap(host)
     return result
 
 
-@shared_task(name="boltz.reap_host")
-def reap_host(host: str) -> dict:
+@shared_task(name=queueing.REAP_HOST)
+def reap_host_task(host: str) -> dict:
     return reaper.reap_host(host)
 
 
@@ -62,12 +59,10 @@ def reap_host(host: str) -> dict:
 def on_worker_ready(sender=None, **kwargs) -> None:
     """A (re)started worker reaps what a lost predecessor left; the reap also registers the
     host (its capacity and images)."""
-    from .services import host_queue
-
-    reap_host.apply_async(args=[settings.BOLTZ_HOST], queue=host_queue(settings.BOLTZ_HOST))
+    queueing.enqueue_reap(settings.BOLTZ_HOST)
 
 
-@shared_task(name="boltz.recheck_attempt", acks_late=True)
-def recheck_attempt(attempt_id: int, requested_by: str) -> None:
-    """On the owning host: check the kept sandbox's files again."""
-    runner.recheck_attempt(attempt_id, by=requested_by)
+@shared_task(name=queueing.RECHECK, acks_late=True)
+def recheck_task(attempt_id: int, requested_by: str) -> None:
+    """On the owning host: check the attempt's recorded changes again."""
+    runner.recheck(attempt_id, by=requested_by)

@@ -3,4 +3,7 @@ import os
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "boltz_web.settings")
+# The web process holds no Docker socket: it never imports docker or the runner (only workers
+# do), and it asks the worker hosts' reports, not Docker, which images exist.
+os.environ["BOLTZ_ROLE"] = "web"
 application = get_asgi_application()

@@ -220,13 +220,12 @@ def test_an_admin_creates_a_task_from_an_archive_and_validates_it(
     from django.conf import settings
 
     from attempts.models import Task, WorkerHost
-    from attempts.services import host_queue
-    from attempts.tasks import reap_host
+    from attempts.queueing import enqueue_reap
     from tests.conftest import EXAMPLES
 
     # Workers report their images as they start and at each reaper run; the test database
     # was flushed since this session's worker started, so ask it again.
-    reap_host.apply_async(args=[settings.BOLTZ_HOST], queue=host_queue(settings.BOLTZ_HOST))
+    enqueue_reap(settings.BOLTZ_HOST)
     wait_until(lambda: WorkerHost.objects.exists(), what="the worker to report its images")
     archive = tmp_path / "calc.zip"
     with zipfile.ZipFile(archive, "w") as bundle:

@@ -150,13 +150,14 @@ def test_non_utf8_and_flooding_output_is_kept_honestly(worker, load_example, set
 
 
 def test_a_redelivered_task_does_not_run_the_attempt_twice(worker, load_example):
+    from attempts.queueing import RUN_ATTEMPT
     from attempts.sandbox import runtime
-    from attempts.tasks import run_attempt
+    from boltz_web.celery import app
 
     task = load_example("fix-add")
     attempt = attempt_create(task=task, agent="noop")
-    run_attempt.apply_async(args=[attempt.pk], queue=worker_queue())
-    run_attempt.apply_async(args=[attempt.pk], queue=worker_queue())
+    app.send_task(RUN_ATTEMPT, args=[attempt.pk], queue=worker_queue())
+    app.send_task(RUN_ATTEMPT, args=[attempt.pk], queue=worker_queue())
     attempt = wait_finished([attempt])[0]
     import time
 

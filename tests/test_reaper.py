@@ -13,8 +13,8 @@ import pytest
 from django.utils import timezone
 
 from attempts.models import Attempt, EventKind, Outcome, SandboxState, Status, WorkerHost
-from attempts.services import attempt_create, host_queue
-from attempts.tasks import reap_host
+from attempts.queueing import enqueue_reap
+from attempts.services import attempt_create
 from tests.conftest import (
     ROOT,
     _worker_database_env,
@@ -82,7 +82,7 @@ def test_reaper_removes_containers_whose_attempt_is_gone_or_expired(worker, load
 
     Sandbox.create(SandboxSpec(kept.pk, task.image_name, 1, 2**28, 64, role="check")).start()
     assert len(containers_of(kept.pk)) == 2
-    reap_host.apply_async(args=[settings.BOLTZ_HOST], queue=host_queue(settings.BOLTZ_HOST))
+    enqueue_reap(settings.BOLTZ_HOST)
     # The reaper may first clear containers earlier tests left; give it time.
     wait_until(lambda: not containers_of(orphan.pk), timeout=90, what="the orphan's container")
     wait_until(

@@ -6,7 +6,7 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from attempts.services import host_queue
+from attempts.queueing import host_queue
 
 
 class Command(BaseCommand):

@@ -1,0 +1,73 @@
+"""The Docker hosts whose workers have been seen: their capacity and the images they have.
+
+Read by the web process (the task form offers the images, imports check them) without ever
+asking Docker itself; each worker reports its own host when its reaper runs.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+from django.db.models import Q
+from django.utils import timezone
+
+from .errors import InfrastructureError
+from .models import ACTIVE_STATUSES, Attempt, SandboxState, WorkerHost
+
+
+def known_hosts() -> list[str]:
+    """Hosts the reaper should visit: workers seen lately, and hosts holding sandboxes."""
+    recent = timezone.now() - timedelta(days=30)
+    names = set(WorkerHost.objects.filter(last_seen__gte=recent).values_list("name", flat=True))
+    names |= set(
+        Attempt.objects.exclude(host="")
+        .filter(
+            Q(status__in=ACTIVE_STATUSES)
+            | Q(sandbox_state__in=[SandboxState.LIVE, SandboxState.STOPPED])
+        )
+        .order_by("host")
+        .values_list("host", flat=True)
+        .distinct()
+    )
+    return sorted(names)
+
+
+def register_host(host: str, capacity: int) -> None:
+    """Record this worker's host, its capacity and the images it has (for task forms)."""
+    from .sandbox import runtime  # only a worker registers its own host
+
+    try:
+        images = runtime.list_image_names()
+    except InfrastructureError:
+        images = []
+    WorkerHost.objects.update_or_create(
+        name=host, defaults={"capacity": capacity, "last_seen": timezone.now(), "images": images}
+    )
+
+
+def known_images() -> list[str]:
+    """Every image some worker host reported having."""
+    recent = timezone.now() - timedelta(days=30)
+    return sorted(
+        {
+            i
+            for images in WorkerHost.objects.filter(last_seen__gte=recent).values_list(
+                "images", flat=True
+            )
+            for i in images
+        }
+    )
+
+
+def image_known(name: str) -> bool:
+    """Does a worker host have this image? Reported hosts answer first; outside the web process
+    (a worker, the command line on a Docker host) the local Docker is asked too. The web
+    process never asks Docker: it holds no Docker socket."""
+    if name in known_images():
+        return True
+    if os.environ.get("BOLTZ_ROLE") == "web":
+        return False
+    from .sandbox import runtime
+
+    return runtime.image_exists(name)

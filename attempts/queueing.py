@@ -1,0 +1,58 @@
+"""Sending work to the workers: the one module that names Celery tasks.
+
+Services, views and commands enqueue through these functions (after the transaction commits, so
+no worker sees a row that is not there yet) and never import the tasks module: the web process
+loads neither the runner nor Docker. Work for a live sandbox goes to the queue of the host that
+owns its container.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import transaction
+
+from boltz_web.celery import app
+
+from .deadlines import attempt_budget
+from .models import Attempt
+
+RUN_ATTEMPT = "boltz.run_attempt"
+RECHECK = "boltz.recheck"
+REMOVE_SANDBOX = "boltz.remove_sandbox"
+REAP_HOST = "boltz.reap_host"
+APPLY_RETENTION = "boltz.apply_retention"
+
+
+def host_queue(host: str) -> str:
+    """The queue that only the worker of `host` consumes (operations on its live sandboxes)."""
+    return f"{settings.BOLTZ_QUEUE}.host.{host}"
+
+
+def send(name: str, args: list, *, queue: str, **options) -> None:
+    """Send a task by name once the current transaction commits."""
+    transaction.on_commit(lambda: app.send_task(name, args=args, queue=queue, **options))
+
+
+def enqueue_attempt(attempt: Attempt, *, queue: str | None = None) -> None:
+    """Any host with room runs it; the worker's time limits follow its stage limits."""
+    budget = attempt_budget(attempt)
+    send(
+        RUN_ATTEMPT,
+        [attempt.pk],
+        queue=queue or settings.BOLTZ_QUEUE,
+        soft_time_limit=budget,
+        time_limit=budget * 1.2 + 60,
+    )
+
+
+def enqueue_recheck(attempt: Attempt, *, by: str) -> None:
+    send(RECHECK, [attempt.pk, by], queue=host_queue(attempt.host))
+
+
+def enqueue_sandbox_removal(attempt_id: int, *, host: str) -> None:
+    send(REMOVE_SANDBOX, [attempt_id], queue=host_queue(host))
+
+
+def enqueue_reap(host: str) -> None:
+    """Now, not after a commit: the reaper reads only what is committed."""
+    app.send_task(REAP_HOST, args=[host], queue=host_queue(host))
