@@ -18,9 +18,10 @@ from django.utils.html import format_html, format_html_join
 from .datasets import FORMATS, export_lines, select_attempts
 from .deletion import attempt_delete, record_audit, task_delete
 from .errors import TaskInvalid
-from .models import Agent, Attempt, AuditEntry, Outcome, Task
+from .models import Agent, ApiToken, Attempt, AuditEntry, Outcome, Task
 from .services import SAFE_FILE_NAME, attempts_create
 from .task_forms import MultipleFileField, TaskAdminForm
+from .tokens import token_create, token_revoke
 from .validation import task_validate
 
 
@@ -423,3 +424,41 @@ class AuditEntryAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+
+class ApiTokenForm(forms.ModelForm):
+    class Meta:
+        model = ApiToken
+        fields = ["user", "name"]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """API tokens: made here or with `manage.py create_token USER`; the token is shown once,
+    only its hash is kept; revoking keeps the row (who had which key, until when)."""
+
+    form = ApiTokenForm
+    list_display = ("prefix", "user", "name", "created_at", "last_used_at", "revoked_at")
+    list_filter = ("revoked_at",)
+    search_fields = ("user__username", "name", "prefix")
+    actions = ["revoke"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("user", "name", "prefix", "created_at", "last_used_at", "revoked_at") if obj else ()
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            return super().save_model(request, obj, form, change)
+        row, token = token_create(user=obj.user, name=obj.name)
+        obj.pk, obj.prefix, obj.key_hash = row.pk, row.prefix, row.key_hash
+        self.message_user(
+            request,
+            f"The new token for {obj.user} (shown once; copy it now): {token}",
+            messages.WARNING,
+        )
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request, queryset):
+        for token in queryset:
+            token_revoke(token=token)
+        self.message_user(request, f"{queryset.count()} token(s) revoked.")

@@ -7,6 +7,7 @@ asking Docker itself; each worker reports its own host when its reaper runs.
 from __future__ import annotations
 
 import os
+import time
 from datetime import timedelta
 
 from django.db.models import Q
@@ -33,17 +34,31 @@ def known_hosts() -> list[str]:
     return sorted(names)
 
 
-def register_host(host: str, capacity: int) -> None:
-    """Record this worker's host, its capacity and the images it has (for task forms)."""
-    from .sandbox import runtime  # only a worker registers its own host
+def register_host(host: str, capacity: int, *, images: bool = True) -> None:
+    """Record this worker's host as seen now, its capacity and (with `images`) the images it
+    has, for task forms."""
+    defaults = {"capacity": capacity, "last_seen": timezone.now()}
+    if images:
+        from .sandbox import runtime  # only a worker registers its own host
 
-    try:
-        images = runtime.list_image_names()
-    except InfrastructureError:
-        images = []
-    WorkerHost.objects.update_or_create(
-        name=host, defaults={"capacity": capacity, "last_seen": timezone.now(), "images": images}
-    )
+        try:
+            defaults["images"] = runtime.list_image_names()
+        except InfrastructureError:
+            defaults["images"] = []
+    WorkerHost.objects.update_or_create(name=host, defaults=defaults)
+
+
+def host_alive(host: str, *, within: float = 10.0, wait: float = 5.0) -> bool:
+    """Has the operations worker of `host` been heard from in the last `within` seconds?
+    (It says so every two seconds; a beat that is late is waited for, `wait` seconds at most.)"""
+    deadline = time.monotonic() + wait
+    while True:
+        since = timezone.now() - timedelta(seconds=within)
+        if WorkerHost.objects.filter(name=host, last_seen__gte=since).exists():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
 
 
 def known_images() -> list[str]:

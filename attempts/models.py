@@ -201,6 +201,23 @@ class Attempt(models.Model):
         "{protected: [{path, change}], reward_files: [...]}.",
     )
 
+    # A sandbox opened through the API: who owns it, its labels and its lifetime.
+    origin = models.CharField(
+        max_length=8, default="run", choices=[("run", "run by Boltz"), ("api", "API sandbox")]
+    )
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="attempts",
+    )
+    labels = models.JSONField(default=dict, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Closed past this.")
+    idle_timeout = models.FloatField(null=True, blank=True, help_text="Closed idle this long.")
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    close_requested_at = models.DateTimeField(null=True, blank=True)
+    close_with_check = models.BooleanField(default=False)
     exec_count = models.PositiveIntegerField(
         default=0, help_text="Commands run so far: every exec takes the next number."
     )
@@ -403,3 +420,24 @@ class Agent(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class ApiToken(models.Model):
+    """A user's key to the HTTP API. Only its hash is kept; the token is shown once."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100, blank=True)
+    prefix = models.CharField(max_length=16, help_text="The token's first characters.")
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"

@@ -21,11 +21,18 @@ RECHECK = "boltz.recheck"
 REMOVE_SANDBOX = "boltz.remove_sandbox"
 REAP_HOST = "boltz.reap_host"
 APPLY_RETENTION = "boltz.apply_retention"
+HOLD_SANDBOX = "boltz.hold_sandbox"
+SANDBOX_OP = "boltz.sandbox_op"
 
 
 def host_queue(host: str) -> str:
     """The queue that only the worker of `host` consumes (operations on its live sandboxes)."""
     return f"{settings.BOLTZ_QUEUE}.host.{host}"
+
+
+def ops_queue(host: str) -> str:
+    """The queue of `host`'s operations worker: API calls on the live sandboxes it owns."""
+    return f"{settings.BOLTZ_QUEUE}.ops.{host}"
 
 
 def send(name: str, args: list, *, queue: str, **options) -> None:
@@ -56,3 +63,30 @@ def enqueue_sandbox_removal(attempt_id: int, *, host: str) -> None:
 def enqueue_reap(host: str) -> None:
     """Now, not after a commit: the reaper reads only what is committed."""
     app.send_task(REAP_HOST, args=[host], queue=host_queue(host))
+
+
+def enqueue_sandbox(attempt: Attempt) -> None:
+    """An API sandbox waits for a host with room like any attempt, then is held open."""
+    budget = attempt_budget(attempt)
+    send(
+        HOLD_SANDBOX,
+        [attempt.pk],
+        queue=settings.BOLTZ_QUEUE,
+        soft_time_limit=budget,
+        time_limit=budget * 1.2 + 60,
+    )
+
+
+def operation_started(host: str, attempt_id: int, op: str, args: dict):
+    """Send an operation to the worker of `host`; its AsyncResult, to wait on."""
+    return app.send_task(SANDBOX_OP, args=[attempt_id, op, args], queue=ops_queue(host))
+
+
+def operation(host: str, attempt_id: int, op: str, args: dict, *, timeout: float) -> dict:
+    """Run an operation on the worker of `host` and wait for its answer (a dict), at most
+    `timeout` seconds: celery.exceptions.TimeoutError past that."""
+    result = operation_started(host, attempt_id, op, args)
+    try:
+        return result.get(timeout=timeout, interval=0.005)
+    finally:
+        result.forget()

@@ -232,10 +232,7 @@ class AttemptRunner:
                 self.trees = AttemptTrees(self.attempt, scratch)
                 self._run()
         except AttemptGone:
-            log.info("attempt %s was deleted while it ran; cleaning up", self.attempt.pk)
-            with contextlib.suppress(InfrastructureError):
-                remove_attempt_containers(self.attempt.pk)
-            delete_tree(f"attempts/{self.attempt.pk}/")
+            self.cleanup_deleted()
         except Exception as exc:
             # Even the bookkeeping failed: never leave the attempt looking alive.
             log.exception("attempt %s could not be finished normally", self.attempt.pk)
@@ -246,6 +243,12 @@ class AttemptRunner:
                 failure_reason=f"internal error in Boltz while finishing: {exc!r}",
             )
             raise
+
+    def cleanup_deleted(self) -> None:
+        log.info("attempt %s was deleted while it ran; cleaning up", self.attempt.pk)
+        with contextlib.suppress(InfrastructureError):
+            remove_attempt_containers(self.attempt.pk)
+        delete_tree(f"attempts/{self.attempt.pk}/")
 
     def _run(self) -> None:
         began = time.monotonic()
@@ -292,9 +295,13 @@ class AttemptRunner:
             reason = f"{stage}: internal error in Boltz: {exc!r}"
         finally:
             self.keep_sandbox()
+        self.timings["total"] = round(time.monotonic() - began, 3)
+        self.finish(outcome, reason, score)
+
+    def finish(self, outcome: str, reason: str, score: float | None) -> None:
+        """The attempt's final status, outcome and reason, with the event that says so."""
         if outcome == Outcome.INFRA_ERROR:
             self.timeline.add(EventKind.ERROR, message=reason, infrastructure=True)
-        self.timings["total"] = round(time.monotonic() - began, 3)
         status = Status.CANCELLED if outcome == Outcome.CANCELLED else Status.FINISHED
         with transaction.atomic():  # whoever sees the final status also sees its event
             update_attempt(
@@ -321,13 +328,8 @@ class AttemptRunner:
         if agent is not None and agent.result.timed_out:
             limit = self.task.agent_timeout
             return Outcome.AGENT_TIMEOUT, f"the agent ran past its {limit:g}s limit and was killed"
-        if result.passed:
-            return Outcome.PASSED, ""
-        if result.timed_out:
-            return Outcome.FAILED, f"the check ran past its {self.task.check_timeout:g}s limit"
-        if result.problem or result.summary.startswith(_CHECK_FAULTS):
-            return Outcome.FAILED, result.summary
-        return Outcome.FAILED, self.agent_oom
+        outcome, reason = verdict_of(self.task, result)
+        return outcome, reason or (self.agent_oom if outcome == Outcome.FAILED else "")
 
     def _stopped_reason(self) -> str:
         try:
@@ -339,6 +341,17 @@ class AttemptRunner:
 
 # Checks that failed for a reason other than their tests: that reason is the attempt's.
 _CHECK_FAULTS = ("the check was killed", "the task's setup", "protected paths")
+
+
+def verdict_of(task, result: CheckResult) -> tuple[str, str]:
+    """An attempt's outcome and reason from its check."""
+    if result.passed:
+        return Outcome.PASSED, ""
+    if result.timed_out:
+        return Outcome.FAILED, f"the check ran past its {task.check_timeout:g}s limit"
+    if result.problem or result.summary.startswith(_CHECK_FAULTS):
+        return Outcome.FAILED, result.summary
+    return Outcome.FAILED, ""
 
 
 def claim(attempt_id: int, *, host: str) -> bool:

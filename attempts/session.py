@@ -9,6 +9,7 @@ session knows nothing of Celery, views or an attempt's stages: the attempt direc
 from __future__ import annotations
 
 import io
+import posixpath
 import shlex
 import tarfile
 import tempfile
@@ -27,7 +28,7 @@ from .errors import AttemptGone, AttemptStopped
 from .models import Actor, Attempt, EventKind
 from .sandbox.runtime import ExecResult, Sandbox
 from .timeline import Timeline, clip
-from .workspace import sandbox_owned
+from .workspace import safe_relative, sandbox_owned
 
 LIVE_FLUSH_BYTES = 4096
 LIVE_FLUSH_SECONDS = 0.5
@@ -117,13 +118,19 @@ class SandboxSession:
         head_limit: int | None = None,
         tail_limit: int | None = None,
         display: str | None = None,
+        workdir: str = "/workspace",
+        request: str = "",
     ) -> CommandRun:
         """Run a command with events for its start, live output and end. A string runs in
-        /bin/sh; a list is argv."""
+        /bin/sh; a list is argv. `request` tags the events (an API call waiting on them)."""
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else command
         shown = display or (command if isinstance(command, str) else shlex.join(command))
         number = next_exec_number(self.attempt.pk)
         base = {"step": step, "exec": number, "command": clip(shown)}
+        if request:
+            base["request"] = request
+        if workdir != "/workspace":
+            base["cwd"] = workdir
         self.timeline.add(EventKind.EXEC, actor=actor, phase="start", timeout=timeout, **base)
         head = settings.BOLTZ_OUTPUT_HEAD_BYTES if head_limit is None else head_limit
         tail = settings.BOLTZ_OUTPUT_TAIL_BYTES if tail_limit is None else tail_limit
@@ -180,6 +187,7 @@ class SandboxSession:
                     on_output=on_output,
                     on_tick=on_tick,
                     environment=environment,
+                    workdir=workdir,
                 )
             except AttemptStopped as exc:
                 # Cancelled mid-command: the output so far and the end still belong in the record.
@@ -276,3 +284,190 @@ def update_attempt(attempt: Attempt, **fields) -> None:
         raise AttemptGone(f"attempt {attempt.pk} was deleted")
     for name, value in fields.items():
         setattr(attempt, name, value)
+
+
+class FileOpError(Exception):
+    """A file operation the sandbox refused: `code` is file_not_found, is_a_directory,
+    not_a_directory, permission_denied or too_large; the message names the path."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# File operations run as the sandbox user, so its permissions decide; exit codes say why not.
+_FILE_SCRIPTS = {
+    "read": r"""
+p="$1"
+[ -e "$p" ] || [ -L "$p" ] || exit 2
+[ -d "$p" ] && exit 21
+[ -r "$p" ] || exit 13
+exec cat -- "$p"
+""",
+    "write": r"""
+src="$1"; p="$2"; mode="$3"; d=$(dirname -- "$p")
+[ -d "$p" ] && { rm -f -- "$src"; exit 21; }
+mkdir -p -- "$d" 2>/dev/null || { rm -f -- "$src"; exit 13; }
+[ -w "$d" ] || { rm -f -- "$src"; exit 13; }
+if [ -e "$p" ] && [ ! -w "$p" ]; then rm -f -- "$src"; exit 13; fi
+cat -- "$src" > "$p" && chmod "$mode" -- "$p"; status=$?
+rm -f -- "$src"
+exit $status
+""",
+    "list": r"""
+p="$1"
+[ -e "$p" ] || exit 2
+[ -d "$p" ] || exit 20
+[ -r "$p" ] && [ -x "$p" ] || exit 13
+find "$p" -mindepth 1 -maxdepth 1 -printf '%y\t%s\t%m\t%f\0'
+""",
+    "delete": r"""
+p="$1"
+[ -e "$p" ] || [ -L "$p" ] || exit 2
+d=$(dirname -- "$p")
+[ -w "$d" ] || exit 13
+rm -rf -- "$p" 2>/dev/null || exit 13
+""",
+    "mkdir": r"""
+mkdir -p -- "$1" 2>/dev/null || exit 13
+""",
+}
+_FILE_ERRORS = {
+    2: ("file_not_found", "{path} does not exist in the sandbox"),
+    13: ("permission_denied", "the sandbox user may not do that to {path}"),
+    20: ("not_a_directory", "{path} is not a folder"),
+    21: ("is_a_directory", "{path} is a folder, not a file"),
+}
+
+
+class _Collector:
+    def __init__(self, limit: int):
+        self.limit, self.size = limit, 0
+        self.out, self.err = bytearray(), bytearray()
+
+    def __call__(self, stream: str, data: bytes) -> None:
+        self.size += len(data) if stream == "stdout" else 0
+        target = self.out if stream == "stdout" else self.err
+        if len(target) <= self.limit:
+            target.extend(data[: self.limit + 1 - len(target)])
+
+
+def _run_file_script(session: SandboxSession, name: str, args: list[str], *, limit: int = 1 << 20):
+    collector = _Collector(limit)
+    result = session.sandbox.exec(
+        ["/bin/sh", "-c", _FILE_SCRIPTS[name], f"boltz-{name}", *args],
+        timeout=120,
+        on_output=collector,
+    )
+    return result, collector
+
+
+def _raise_for(result, path: str) -> None:
+    if result.timed_out:
+        raise FileOpError("timeout", f"the file operation on {path} timed out")
+    if result.exit_code in _FILE_ERRORS:
+        code, message = _FILE_ERRORS[result.exit_code]
+        raise FileOpError(code, message.format(path=path))
+    if result.exit_code != 0:
+        raise FileOpError("permission_denied", f"the sandbox could not do that to {path}")
+
+
+def read_file(session: SandboxSession, path: str, *, max_bytes: int) -> bytes:
+    """The bytes of a file, read as the sandbox user."""
+    result, got = _run_file_script(session, "read", [path], limit=max_bytes)
+    _raise_for(result, path)
+    if got.size > max_bytes:
+        raise FileOpError("too_large", f"{path} is larger than {max_bytes} bytes")
+    session.timeline.add(
+        EventKind.FILE, actor=Actor.AGENT, action="read", path=path, bytes=len(got.out)
+    )
+    return bytes(got.out)
+
+
+def write_file(session: SandboxSession, path: str, data: bytes, *, mode: int = 0o644) -> None:
+    """Write a file as the sandbox user (its folders made as needed)."""
+    staged = f"/tmp/.boltz-upload-{time.monotonic_ns()}"
+    session.sandbox.put_archive("/", files_tar({staged.lstrip("/"): data}, mode=0o600))
+    result, _ = _run_file_script(session, "write", [staged, path, f"{mode:o}"])
+    _raise_for(result, path)
+    session.timeline.add(
+        EventKind.FILE, actor=Actor.AGENT, action="write", path=path, bytes=len(data)
+    )
+
+
+def list_folder(session: SandboxSession, path: str) -> list[dict]:
+    result, got = _run_file_script(session, "list", [path], limit=16 << 20)
+    _raise_for(result, path)
+    kinds = {"f": "file", "d": "dir", "l": "link"}
+    entries = []
+    for record in bytes(got.out).split(b"\0"):
+        if record.count(b"\t") >= 3:
+            kind, size, mode, name = record.split(b"\t", 3)
+            text = name.decode("utf-8", errors="replace")
+            entries.append(
+                {
+                    "name": text,
+                    "path": f"{path.rstrip('/')}/{text}",
+                    "type": kinds.get(kind.decode(), "other"),
+                    "size": int(size),
+                    "mode": mode.decode(),
+                }
+            )
+    return sorted(entries, key=lambda e: e["name"])
+
+
+def delete_path(session: SandboxSession, path: str) -> None:
+    result, _ = _run_file_script(session, "delete", [path])
+    _raise_for(result, path)
+    session.timeline.add(EventKind.FILE, actor=Actor.AGENT, action="delete", path=path)
+
+
+def upload_archive(session: SandboxSession, path: str, data: bytes) -> int:
+    """Unpack a tar into the folder `path` (made as the sandbox user), every entry owned by
+    the sandbox user; entries that would leave the folder are refused."""
+    members = 0
+    out = io.BytesIO()
+    with (
+        tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as source,
+        tarfile.open(fileobj=out, mode="w") as tar,
+    ):
+        for member in source:
+            name = safe_relative(member.name.rstrip("/"))
+            if name is None:
+                raise FileOpError("invalid", f"{member.name!r} would leave {path}")
+            if member.issym() or member.islnk():
+                target = posixpath.join(posixpath.dirname(name), member.linkname)
+                if member.linkname.startswith("/") or safe_relative(target) is None:
+                    raise FileOpError("invalid", f"{member.name!r} links outside {path}")
+            if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+                raise FileOpError("invalid", f"{member.name!r} is not a file, folder or link")
+            info = sandbox_owned(member)
+            info.name = f"{path.strip('/')}/{name}"
+            if member.islnk():
+                info.linkname = f"{path.strip('/')}/{safe_relative(member.linkname)}"
+            info.mode &= 0o777
+            tar.addfile(info, source.extractfile(member) if member.isfile() else None)
+            members += 1
+    result, _ = _run_file_script(session, "mkdir", [path])
+    _raise_for(result, path)
+    session.sandbox.put_archive("/", out.getvalue())
+    session.timeline.add(
+        EventKind.FILE, actor=Actor.AGENT, action="upload", path=path, files=members
+    )
+    return members
+
+
+def download_archive(session: SandboxSession, path: str, *, max_bytes: int) -> bytes:
+    stream = session.sandbox.get_archive(path)
+    if stream is None:
+        raise FileOpError("file_not_found", f"{path} does not exist in the sandbox")
+    data = bytearray()
+    for chunk in stream:
+        data.extend(chunk)
+        if len(data) > max_bytes:
+            raise FileOpError("too_large", f"{path} is larger than {max_bytes} bytes as a tar")
+    session.timeline.add(
+        EventKind.FILE, actor=Actor.AGENT, action="download", path=path, bytes=len(data)
+    )
+    return bytes(data)

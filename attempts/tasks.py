@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 from celery import shared_task
 from celery.signals import worker_ready
@@ -66,3 +68,41 @@ def on_worker_ready(sender=None, **kwargs) -> None:
 def recheck_task(attempt_id: int, requested_by: str) -> None:
     """On the owning host: check the attempt's recorded changes again."""
     runner.recheck(attempt_id, by=requested_by)
+
+
+@shared_task(name=queueing.HOLD_SANDBOX, acks_late=True)
+def hold_sandbox_task(attempt_id: int) -> None:
+    """Open an API sandbox on this host and hold it (one of the host's slots) until closed."""
+    from .operations import hold_sandbox
+
+    hold_sandbox(attempt_id, host=settings.BOLTZ_HOST)
+
+
+@shared_task(name=queueing.SANDBOX_OP, ignore_result=False)
+def sandbox_op_task(attempt_id: int, op: str, args: dict) -> dict:
+    """One API operation on a live sandbox of this host; the web process waits for the answer."""
+    from .operations import run_operation
+
+    return run_operation(attempt_id, op, args)
+
+
+HEARTBEAT_SECONDS = 2
+
+
+def _heartbeat() -> None:
+    from .hosts import register_host
+
+    while True:
+        try:
+            register_host(settings.BOLTZ_HOST, settings.BOLTZ_MAX_SANDBOXES, images=False)
+        except Exception:  # noqa: BLE001 - a missed beat is retried; it must never stop
+            log.exception("heartbeat of host %s failed", settings.BOLTZ_HOST)
+        time.sleep(HEARTBEAT_SECONDS)
+
+
+@worker_ready.connect
+def start_heartbeat(sender=None, **kwargs) -> None:
+    """The operations worker says every few seconds that its host is alive: an API call on a
+    sandbox whose host went quiet fails at once instead of waiting."""
+    if sender is not None and str(getattr(sender, "hostname", "")).startswith("ops-"):
+        threading.Thread(target=_heartbeat, name="boltz-heartbeat", daemon=True).start()

@@ -1,1 +1,77 @@
-"""Boltz Python client SDK (HTTP API): lands with the API issue; this reserves the name."""
+"""Boltz Python client SDK: drive Boltz sandboxes and attempts over the HTTP API.
+
+    from boltz import Client
+
+    with Client() as client:  # BOLTZ_URL and BOLTZ_TOKEN from the environment
+        with client.sandbox(task="fix-add") as sb:
+            print(sb.exec("python3 -m pytest -q tests").stdout)
+            print(sb.check().passed)
+
+Only the standard library and httpx are imported. See docs/SDK.md.
+"""
+
+from ._version import __version__
+from .aio import AsyncClient, AsyncFiles, AsyncSandbox
+from .client import Client, Files, Sandbox
+from .errors import (
+    AuthError,
+    BoltzError,
+    BoltzFileNotFoundError,
+    BoltzIsADirectoryError,
+    BoltzPermissionError,
+    CapacityError,
+    ConnectionFailed,
+    FileTooLarge,
+    InfrastructureError,
+    InvalidRequest,
+    NotFound,
+    OperationTimeout,
+    SandboxClosed,
+    SandboxGone,
+    UnsafeArchive,
+)
+from .types import (
+    Attempt,
+    CheckResult,
+    Diff,
+    DiffFile,
+    ExecResult,
+    FileInfo,
+    SandboxInfo,
+    Task,
+    TestResult,
+)
+
+__all__ = [
+    "AsyncClient",
+    "AsyncFiles",
+    "AsyncSandbox",
+    "Attempt",
+    "AuthError",
+    "BoltzError",
+    "BoltzFileNotFoundError",
+    "BoltzIsADirectoryError",
+    "BoltzPermissionError",
+    "CapacityError",
+    "CheckResult",
+    "Client",
+    "ConnectionFailed",
+    "Diff",
+    "DiffFile",
+    "ExecResult",
+    "FileInfo",
+    "FileTooLarge",
+    "Files",
+    "InfrastructureError",
+    "InvalidRequest",
+    "NotFound",
+    "OperationTimeout",
+    "Sandbox",
+    "SandboxClosed",
+    "SandboxGone",
+    "SandboxInfo",
+    "Task",
+    "TestResult",
+    "UnsafeArchive",
+    "__version__",
+]

@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "ninja",
     "attempts",
 ]
 
@@ -116,7 +117,10 @@ LOGGING = {
 
 # --- Celery ----------------------------------------------------------------------------------
 CELERY_BROKER_URL = env_str("BOLTZ_REDIS_URL", "redis://127.0.0.1:6379/0")
-CELERY_RESULT_BACKEND = None
+# Results are kept only for the API's operations on live sandboxes (the web process waits on
+# them); every other task ignores its result.
+CELERY_RESULT_BACKEND = env_str("BOLTZ_REDIS_URL", "redis://127.0.0.1:6379/0")
+CELERY_RESULT_EXPIRES = 3600
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = False  # a lost worker's attempt is marked by the reaper
@@ -162,6 +166,16 @@ BOLTZ_MAX_WORKSPACE_BYTES = env_bytes("BOLTZ_MAX_WORKSPACE_BYTES", "256m")
 # changes are unavailable (and the attempt fails with that reason).
 BOLTZ_MAX_TREE_BYTES = env_bytes("BOLTZ_MAX_TREE_BYTES", "2g")
 BOLTZ_MAX_TREE_FILES = env_int("BOLTZ_MAX_TREE_FILES", 300000, minimum=1)
+# API sandboxes: the largest file or archive read or written at once, the longest and the
+# default lives, the idle time before one is closed, and how many operations a host serves at
+# once (its ops worker's threads).
+BOLTZ_MAX_FILE_BYTES = env_bytes("BOLTZ_MAX_FILE_BYTES", "64m")
+BOLTZ_SANDBOX_MAX_TTL = env_seconds("BOLTZ_SANDBOX_MAX_TTL", "24h")
+BOLTZ_SANDBOX_DEFAULT_TTL = env_seconds("BOLTZ_SANDBOX_DEFAULT_TTL", "1h")
+BOLTZ_SANDBOX_IDLE_TIMEOUT = env_seconds("BOLTZ_SANDBOX_IDLE_TIMEOUT", "30m")
+BOLTZ_OPS_CONCURRENCY = env_int("BOLTZ_OPS_CONCURRENCY", 8, minimum=1)
+# A file written through the API arrives whole in the request's body.
+DATA_UPLOAD_MAX_MEMORY_SIZE = BOLTZ_MAX_FILE_BYTES + 1024 * 1024
 CELERY_BEAT_SCHEDULE = {
     "boltz-retention-and-reaper": {
         "task": "boltz.apply_retention",

@@ -117,7 +117,7 @@ def run_worker(*, queue: str, host: str, capacity: int, env: dict[str, str] | No
         )
     try:
         deadline = time.monotonic() + 60
-        while log_path.read_bytes().count(b" ready.") < 2:  # both workers of the host
+        while log_path.read_bytes().count(b" ready.") < 3:  # all three workers of the host
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"the Celery worker did not start:\n{log_path.read_text()[-3000:]}")
             time.sleep(0.2)
@@ -137,6 +137,58 @@ def worker(django_db_setup, django_db_blocker, docker_ready, redis_ready):
     """The test session's worker: capacity 2, on the session's own queue."""
     with run_worker(queue=settings.BOLTZ_QUEUE, host=settings.BOLTZ_HOST, capacity=2) as proc:
         yield proc
+
+
+@contextlib.contextmanager
+def run_web(env: dict[str, str] | None = None):
+    """A real web server process (`manage.py runserver`) on 127.0.0.1, on the test database;
+    yields its base URL."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log_dir = ROOT / "test-results" / "web"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"web-{port}.log"
+    full_env = {**os.environ, **_worker_database_env(), **(env or {})}
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
+            cwd=ROOT,
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        import httpx
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(url + "/api/openapi.json", timeout=1)
+                break
+            except httpx.HTTPError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"the web server did not start:\n{log_path.read_text()[-3000:]}")
+                time.sleep(0.1)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture(scope="session")
+def web(django_db_setup, django_db_blocker, redis_ready):
+    """The test session's web server process."""
+    with run_web() as url:
+        yield url
 
 
 def wait_finished(attempts, timeout: float = 90):

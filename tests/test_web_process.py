@@ -34,15 +34,18 @@ SCRIPT = textwrap.dedent(
     client.force_login(User.objects.get(username="admin"))
     seen = {}
     for url in ("/", "/tasks/t/", "/admin/attempts/task/add/", "/admin/attempts/task/import/",
-                "/admin/attempts/attempt/", "/admin/attempts/agent/add/"):
+                "/admin/attempts/attempt/", "/admin/attempts/agent/add/", "/api/openapi.json",
+                "/admin/attempts/apitoken/add/"):
         seen[url] = client.get(url).status_code
     # Starting attempts enqueues them (Celery sends by name: no tasks module is loaded).
     seen["start"] = client.post("/tasks/t/start/", {"agent": "noop", "count": "1",
                                                     "confirm": "yes"}).status_code
     seen["attempts"] = Task.objects.get(slug="t").attempts.count()
-    loaded = sorted(m for m in sys.modules if m == "docker" or m.startswith(("docker.",
-                    "attempts.runner", "attempts.sandbox", "attempts.tasks", "attempts.session",
-                    "attempts.checking", "attempts.trees")))
+    worker_only = ("docker", "attempts.runner", "attempts.sandbox", "attempts.tasks",
+                   "attempts.session", "attempts.checking", "attempts.trees",
+                   "attempts.operations")
+    loaded = sorted(m for m in sys.modules
+                    if m in worker_only or m.startswith(tuple(w + "." for w in worker_only)))
     print(json.dumps({"pages": seen, "loaded": loaded}))
     """
 )

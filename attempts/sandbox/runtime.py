@@ -361,6 +361,7 @@ class Sandbox:
         on_tick: Callable[[], None] | None = None,
         environment: dict[str, str] | None = None,
         user: str = f"{SANDBOX_UID}:{SANDBOX_UID}",
+        workdir: str = "/workspace",
     ) -> ExecResult:
         """Run a command with a hard timeout, streaming (stream, bytes) to on_output.
 
@@ -377,7 +378,7 @@ class Sandbox:
             stdout=True,
             stderr=True,
             user=user,
-            workdir="/workspace",
+            workdir=workdir,
             environment=environment or {},
         )["Id"]
         started = time.monotonic()

@@ -1,0 +1,299 @@
+"""API sandboxes on their worker: opening one, holding it while its client drives it, each
+operation a client asks for, and closing it. Worker-side: the web process sends these as Celery
+tasks to the host that owns the container (queueing.py) and waits for the answer.
+
+An API sandbox is an attempt (origin "api") whose work stage is its client: the holder task
+keeps one of the host's attempt slots for the sandbox's whole life, so the host never runs more
+sandboxes than its capacity, and closes it when asked, idle, past its time to live, or deleted.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+
+from django.conf import settings
+from django.utils import timezone
+
+from . import session as files
+from .changes import ChangesUnavailable
+from .errors import AttemptGone, InfrastructureError, SandboxGone
+from .models import Actor, Attempt, EventKind, Outcome, SandboxState, Status
+from .runner import AttemptRunner, claim, scratch_folder, verdict_of
+from .sandbox.runtime import Sandbox
+from .session import FileOpError, SandboxSession, update_attempt
+from .trees import AttemptTrees
+
+log = logging.getLogger(__name__)
+
+HOLD_POLL_SECONDS = 0.25
+DEFAULT_EXEC_TIMEOUT = 600.0
+
+
+class Refused(Exception):
+    """An operation that cannot be done, with the HTTP status and code the API answers."""
+
+    def __init__(self, status: int, code: str, detail: str):
+        super().__init__(detail)
+        self.status, self.code, self.detail = status, code, detail
+
+    def as_dict(self) -> dict:
+        return {"error": {"status": self.status, "code": self.code, "detail": self.detail}}
+
+
+# --- the holder ---------------------------------------------------------------------------------
+def hold_sandbox(attempt_id: int, *, host: str) -> None:
+    """Open an API sandbox and keep it until it is closed; then record its changes, check
+    them if asked, and keep the container for review."""
+    if not claim(attempt_id, host=host):
+        return
+    attempt = Attempt.objects.select_related("task").get(pk=attempt_id)
+    SandboxHolder(attempt).run()
+
+
+class SandboxHolder(AttemptRunner):
+    """The attempt director with a client in place of the agent's command."""
+
+    def run(self) -> None:
+        try:
+            with scratch_folder(self.attempt) as scratch:
+                self.trees = AttemptTrees(self.attempt, scratch)
+                self._hold()
+        except AttemptGone:
+            self.cleanup_deleted()
+
+    def _hold(self) -> None:
+        attempt, timeline = self.attempt, self.timeline
+        outcome, reason, score = Outcome.INFRA_ERROR, "", None
+        stage = "start"
+        try:
+            self.start()
+            stage = "work"
+            now = timezone.now()
+            update_attempt(attempt, status=Status.RUNNING, last_used_at=now)
+            timeline.add(
+                EventKind.LIFECYCLE,
+                status=Status.RUNNING,
+                message=f"sandbox live for {attempt.agent or 'an API client'}",
+            )
+            why = self._wait_for_close()
+            timeline.add(EventKind.LIFECYCLE, message=f"closing: {why}")
+            stage = "record"
+            self.end_agent()
+            self.trees.record(self.session)
+            result = None
+            if attempt.close_with_check:
+                stage = "check"
+                result = self.check()
+            last = result or attempt.checks.order_by("-pk").first()
+            if last is None:
+                outcome, reason = "", "closed without a check"
+            else:
+                score = last.score
+                outcome, reason = verdict_of(self.task, last)
+        except ChangesUnavailable as exc:
+            outcome, score = Outcome.FAILED, 0.0
+            reason = f"changes unavailable: {exc.reason}"
+            update_attempt(attempt, changes_state="unavailable", changes_error=exc.reason)
+        except InfrastructureError as exc:
+            reason = f"{stage}: {exc.reason}"
+            if (
+                attempt.sandbox_deleted_at
+                or Attempt.objects.filter(pk=attempt.pk, sandbox_deleted_at__isnull=False).exists()
+            ):
+                outcome, reason = Outcome.CANCELLED, "its sandbox was deleted"
+        except AttemptGone:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bug in Boltz is never the client's failure
+            log.exception("API sandbox %s crashed in %s", attempt.pk, stage)
+            reason = f"{stage}: internal error in Boltz: {exc!r}"
+        finally:
+            self.keep_sandbox()
+        self.finish(outcome, reason, score)
+
+    def _wait_for_close(self) -> str:
+        """Until the client closes the sandbox, its time to live or idle time runs out, or it
+        is deleted. Returns why it closes."""
+        while True:
+            row = (
+                Attempt.objects.filter(pk=self.attempt.pk)
+                .values(
+                    "close_requested_at",
+                    "close_with_check",
+                    "sandbox_deleted_at",
+                    "expires_at",
+                    "idle_timeout",
+                    "last_used_at",
+                )
+                .first()
+            )
+            if row is None:
+                raise AttemptGone(f"attempt {self.attempt.pk} was deleted")
+            now = timezone.now()
+            if row["sandbox_deleted_at"]:
+                raise SandboxGone("its sandbox was deleted")
+            if row["close_requested_at"]:
+                self.attempt.close_with_check = row["close_with_check"]
+                return "closed by its client"
+            if row["expires_at"] and now >= row["expires_at"]:
+                return "its time to live ran out"
+            idle = row["idle_timeout"]
+            if idle and row["last_used_at"] and (now - row["last_used_at"]).total_seconds() > idle:
+                return f"idle for more than {idle:g}s"
+            time.sleep(HOLD_POLL_SECONDS)
+
+
+# --- operations ----------------------------------------------------------------------------------
+def run_operation(attempt_id: int, op: str, args: dict) -> dict:
+    """Do one operation on a live API sandbox and answer with JSON-able data, or
+    {"error": {status, code, detail}}."""
+    try:
+        attempt, session = _live_session(attempt_id)
+        handler = OPERATIONS.get(op)
+        if handler is None:
+            raise Refused(400, "invalid", f"no operation {op!r}")
+        return handler(attempt, session, **args)
+    except Refused as exc:
+        return exc.as_dict()
+    except FileOpError as exc:
+        status = {"file_not_found": 404, "permission_denied": 403, "too_large": 413}.get(
+            exc.code, 400
+        )
+        return Refused(status, exc.code, exc.message).as_dict()
+    except ChangesUnavailable as exc:
+        return Refused(409, "changes_unavailable", f"changes unavailable: {exc.reason}").as_dict()
+    except (SandboxGone, InfrastructureError) as exc:
+        return Refused(502, "infrastructure", f"infrastructure error: {exc.reason}").as_dict()
+    except AttemptGone:
+        return Refused(410, "gone", "the sandbox was deleted").as_dict()
+
+
+def _live_session(attempt_id: int) -> tuple[Attempt, SandboxSession]:
+    attempt = Attempt.objects.select_related("task").filter(pk=attempt_id).first()
+    if attempt is None:
+        raise Refused(404, "not_found", f"no sandbox {attempt_id}")
+    if attempt.sandbox_deleted_at or attempt.sandbox_state == SandboxState.DELETED:
+        raise Refused(410, "gone", f"sandbox {attempt_id} was deleted")
+    if attempt.status != Status.RUNNING or attempt.close_requested_at:
+        raise Refused(409, "closed", f"sandbox {attempt_id} is {attempt.status}, not live")
+    if attempt.host != settings.BOLTZ_HOST:
+        raise Refused(502, "infrastructure", f"sandbox {attempt_id} lives on {attempt.host}")
+    Attempt.objects.filter(pk=attempt.pk).update(last_used_at=timezone.now())
+    return attempt, SandboxSession(attempt, Sandbox(attempt.container_id))
+
+
+def exec_result(run) -> dict:
+    return {
+        "exit_code": run.result.exit_code,
+        "stdout": run.stdout.text(),
+        "stderr": run.stderr.text(),
+        "stdout_bytes": run.stdout.total_bytes,
+        "stderr_bytes": run.stderr.total_bytes,
+        "stdout_utf8": run.stdout.valid_utf8,
+        "stderr_utf8": run.stderr.valid_utf8,
+        "truncated": run.truncated,
+        "timed_out": run.result.timed_out,
+        "duration": round(run.result.duration, 3),
+        "raw": run.raw,
+    }
+
+
+def _exec(
+    attempt: Attempt,
+    session: SandboxSession,
+    *,
+    command,
+    cwd: str = "/workspace",
+    env: dict | None = None,
+    timeout: float | None = None,
+    stdin: str | None = None,
+    request: str = "",
+) -> dict:
+    display = None
+    if stdin:
+        staged = f"/tmp/.boltz-stdin-{time.monotonic_ns()}"
+        session.sandbox.put_archive(
+            "/", files.files_tar({staged.lstrip("/"): base64.b64decode(stdin)}, mode=0o600)
+        )
+        if isinstance(command, str):
+            script = f'exec < "$0"; rm -f "$0"; {command}'
+            display, command = command, ["/bin/sh", "-c", script, staged]
+        else:
+            display = " ".join(command)
+            command = ["/bin/sh", "-c", 'exec < "$0"; rm -f "$0"; exec "$@"', staged, *command]
+    run = session.exec(
+        "exec",
+        command,
+        timeout=timeout or DEFAULT_EXEC_TIMEOUT,
+        actor=Actor.AGENT,
+        environment=env or {},
+        workdir=cwd,
+        request=request,
+        display=display,
+    )
+    return exec_result(run)
+
+
+def _read(attempt, session, *, path: str) -> dict:
+    data = files.read_file(session, path, max_bytes=settings.BOLTZ_MAX_FILE_BYTES)
+    return {"data": base64.b64encode(data).decode()}
+
+
+def _write(attempt, session, *, path: str, data: str, mode: int = 0o644) -> dict:
+    raw = base64.b64decode(data)
+    files.write_file(session, path, raw, mode=mode)
+    return {"path": path, "bytes": len(raw)}
+
+
+def _list(attempt, session, *, path: str) -> dict:
+    return {"entries": files.list_folder(session, path)}
+
+
+def _delete(attempt, session, *, path: str) -> dict:
+    files.delete_path(session, path)
+    return {}
+
+
+def _download(attempt, session, *, path: str) -> dict:
+    data = files.download_archive(session, path, max_bytes=settings.BOLTZ_MAX_FILE_BYTES)
+    return {"data": base64.b64encode(data).decode()}
+
+
+def _upload(attempt, session, *, path: str, data: str) -> dict:
+    return {"path": path, "files": files.upload_archive(session, path, base64.b64decode(data))}
+
+
+def _record(attempt: Attempt, session: SandboxSession, trees: AttemptTrees) -> None:
+    """The changes so far, read out of the live sandbox and diffed on the worker."""
+    trees.record(session)
+
+
+def _diff(attempt, session) -> dict:
+    with scratch_folder(attempt) as scratch:
+        _record(attempt, session, AttemptTrees(attempt, scratch))
+    attempt.refresh_from_db(fields=["diff", "diff_truncated", "diff_bytes"])
+    return {"patch": attempt.diff, "truncated": attempt.diff_truncated, "bytes": attempt.diff_bytes}
+
+
+def _check(attempt, session) -> dict:
+    """The task's check on a clean copy of the changes so far, as the pipeline runs it."""
+    with scratch_folder(attempt) as scratch:
+        runner = AttemptRunner(attempt, rechecking=True)
+        runner.session, runner.trees = session, AttemptTrees(attempt, scratch)
+        _record(attempt, session, runner.trees)
+        result = runner.check()  # in place: the sandbox is halted and started again first
+    return {"check": result.pk}
+
+
+OPERATIONS = {
+    "exec": _exec,
+    "read": _read,
+    "write": _write,
+    "list": _list,
+    "delete": _delete,
+    "download": _download,
+    "upload": _upload,
+    "diff": _diff,
+    "check": _check,
+}

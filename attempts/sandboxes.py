@@ -1,0 +1,301 @@
+"""API sandboxes, as the web process handles them: create, find, operate through the owning
+host's worker, close, delete. Never touches Docker: every operation is sent to the worker of the
+host that owns the container (queueing.operation) with a finite wait.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+from celery.exceptions import TimeoutError as CeleryTimeout
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Max, QuerySet
+from django.utils import timezone
+
+from . import queueing
+from .deletion import attempt_delete
+from .hosts import host_alive
+from .models import (
+    DONE_STATUSES,
+    Actor,
+    Attempt,
+    Event,
+    EventKind,
+    Outcome,
+    SandboxState,
+    Status,
+    Task,
+)
+from .timeline import Timeline, clip
+
+WORKSPACE = "/workspace"
+# Room past an operation's own time before the web stops waiting for its worker.
+OPERATION_MARGIN = 30.0
+
+
+@dataclass
+class ApiError(Exception):
+    """What the API answers when a call cannot be done: status, code and a detail that says
+    what to do."""
+
+    status: int
+    code: str
+    detail: str
+    retry_after: int | None = None
+
+    def __str__(self) -> str:
+        return self.detail
+
+
+def visible_attempts(user) -> QuerySet:
+    attempts = Attempt.objects.select_related("task")
+    return attempts if user.is_staff else attempts.filter(owner=user)
+
+
+def sandbox_for(user, sandbox_id: int) -> Attempt:
+    found = visible_attempts(user).filter(pk=sandbox_id, origin="api").first()
+    if found is None:
+        raise ApiError(404, "not_found", f"no sandbox {sandbox_id}")
+    return found
+
+
+def sandbox_state(attempt: Attempt) -> str:
+    if attempt.sandbox_deleted_at or attempt.sandbox_state == SandboxState.DELETED:
+        return "deleted"
+    if attempt.status in DONE_STATUSES:
+        return "closed"
+    if attempt.status == Status.RUNNING and not attempt.close_requested_at:
+        return "live"
+    if attempt.close_requested_at:
+        return "closing"
+    return "starting"
+
+
+def workspace_path(path: str) -> str:
+    """A path inside the sandbox: relative ones are inside /workspace."""
+    if not isinstance(path, str) or not path or "\x00" in path or len(path) > 4096:
+        raise ApiError(400, "invalid", "path: give a file name (no NUL, at most 4096 characters)")
+    joined = posixpath.normpath(posixpath.join(WORKSPACE, path))
+    return joined if joined.startswith("/") else "/" + joined
+
+
+def sandbox_create(
+    *,
+    user,
+    task: str,
+    labels: dict[str, str] | None = None,
+    agent: str = "",
+    ttl: float | None = None,
+    idle_timeout: float | None = None,
+    wait: float = 60.0,
+) -> Attempt:
+    """A new sandbox from a task, live when this returns. Over capacity it waits up to `wait`
+    seconds for a host with room, then gives up: ApiError 429 with a time to retry."""
+    found = Task.objects.filter(slug=task).first()
+    if found is None:
+        raise ApiError(404, "not_found", f"no task {task!r}: GET /api/tasks lists them")
+    labels = {str(k)[:100]: str(v)[:300] for k, v in (labels or {}).items()}
+    ttl = min(float(ttl or settings.BOLTZ_SANDBOX_DEFAULT_TTL), settings.BOLTZ_SANDBOX_MAX_TTL)
+    idle = float(idle_timeout or settings.BOLTZ_SANDBOX_IDLE_TIMEOUT)
+    if ttl <= 0 or idle <= 0 or not math.isfinite(ttl + idle):
+        raise ApiError(400, "invalid", "ttl and idle_timeout: give positive numbers of seconds")
+    attempt = _new_attempt(
+        found, user=user, agent=agent or "api", labels=labels, ttl=ttl, idle=idle
+    )
+    queueing.enqueue_sandbox(attempt)
+    return wait_live(attempt, wait=wait)
+
+
+def _new_attempt(task: Task, *, user, agent: str, labels: dict, ttl: float, idle: float):
+    now = timezone.now()
+    for _ in range(5):
+        try:
+            with transaction.atomic():
+                number = (task.attempts.aggregate(m=Max("number"))["m"] or 0) + 1
+                attempt = Attempt.objects.create(
+                    task=task,
+                    number=number,
+                    agent=agent[:100],
+                    origin="api",
+                    owner=user,
+                    labels=labels,
+                    created_at=now,
+                    expires_at=now + timedelta(seconds=ttl),
+                    idle_timeout=idle,
+                )
+                Timeline(attempt.pk).add(
+                    EventKind.LIFECYCLE,
+                    status="queued",
+                    message=f"sandbox requested through the API by {user.get_username()}",
+                    agent=agent,
+                    labels=labels,
+                )
+                return attempt
+        except IntegrityError:  # two creators took the same number: take the next one
+            continue
+    raise ApiError(503, "infrastructure", f"could not number a new attempt of {task.slug}")
+
+
+def wait_live(attempt: Attempt, *, wait: float) -> Attempt:
+    deadline = time.monotonic() + max(0.0, min(wait, 600.0))
+    while True:
+        attempt.refresh_from_db()
+        if attempt.status == Status.RUNNING:
+            return attempt
+        if attempt.status in DONE_STATUSES:
+            raise ApiError(
+                502, "infrastructure", f"the sandbox could not start: {attempt.failure_reason}"
+            )
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    if attempt.status != Status.QUEUED:  # started meanwhile, still setting up: give it time
+        return wait_live(attempt, wait=60.0) if wait > 0 else attempt
+    gave_up = Attempt.objects.filter(pk=attempt.pk, status=Status.QUEUED).update(
+        status=Status.CANCELLED,
+        outcome=Outcome.CANCELLED,
+        finished_at=timezone.now(),
+        failure_reason=f"no host had room within {wait:g}s",
+    )
+    if not gave_up:
+        return wait_live(attempt, wait=60.0)
+    Timeline(attempt.pk).add(
+        EventKind.LIFECYCLE, status="cancelled", message=f"no host had room within {wait:g}s"
+    )
+    raise ApiError(
+        429,
+        "capacity",
+        f"every host is at capacity; no sandbox was free within {wait:g}s: retry later or "
+        "wait longer",
+        retry_after=10,
+    )
+
+
+def _ready(attempt: Attempt) -> None:
+    state = sandbox_state(attempt)
+    if state == "deleted":
+        raise ApiError(410, "gone", f"sandbox {attempt.pk} was deleted")
+    if state != "live":
+        raise ApiError(409, "closed", f"sandbox {attempt.pk} is {state}, not live")
+    if not host_alive(attempt.host):
+        raise ApiError(
+            502, "infrastructure", f"the sandbox's host {attempt.host} has not been heard from"
+        )
+
+
+def _answer(answer: dict) -> dict:
+    if "error" in answer:
+        error = answer["error"]
+        raise ApiError(error["status"], error["code"], error["detail"])
+    return answer
+
+
+def operate(attempt: Attempt, op: str, args: dict, *, timeout: float) -> dict:
+    """Run an operation on the sandbox's worker; its answer, or ApiError."""
+    _ready(attempt)
+    try:
+        answer = queueing.operation(attempt.host, attempt.pk, op, args, timeout=timeout)
+    except CeleryTimeout:
+        raise ApiError(504, "timeout", f"the {op} did not answer within {timeout:g}s") from None
+    return _answer(answer)
+
+
+def exec_stream(attempt: Attempt, args: dict, *, timeout: float) -> Iterator[dict]:
+    """An exec whose output comes as it is made: {"stream", "text"} items read from the
+    timeline (the worker writes them there as the command runs), then {"result": ...}."""
+    _ready(attempt)
+    started = queueing.operation_started(attempt.host, attempt.pk, "exec", args)
+    deadline = time.monotonic() + timeout
+    number, after = None, 0
+    try:
+        while True:
+            done = started.ready()
+            if number is None:
+                start = Event.objects.filter(
+                    attempt_id=attempt.pk, kind=EventKind.EXEC, data__request=args["request"]
+                ).first()
+                if start is not None:
+                    number, after = start.data["exec"], start.seq
+            if number is not None:
+                for event in Event.objects.filter(
+                    attempt_id=attempt.pk, kind=EventKind.OUTPUT, seq__gt=after, data__exec=number
+                ).order_by("seq"):
+                    after = event.seq
+                    yield {"stream": event.data["stream"], "text": event.data["text"]}
+            if done:
+                try:
+                    yield {"result": _answer(started.get(timeout=5))}
+                except ApiError as exc:
+                    yield {"error": {"detail": exc.detail, "code": exc.code}}
+                return
+            if time.monotonic() > deadline:
+                yield {"error": {"detail": f"no answer within {timeout:g}s", "code": "timeout"}}
+                return
+            time.sleep(0.1)
+    finally:
+        started.forget()
+
+
+def sandbox_exec(
+    attempt: Attempt, *, command, cwd, env, timeout, stdin, user, stream: bool = False
+):
+    """Run a command; its result, or (with `stream`) an iterator of output then result."""
+    if user not in (None, "", "sandbox", "1000"):
+        raise ApiError(400, "invalid", "user: commands run as the sandbox user (uid 1000)")
+    if isinstance(command, list) and not command or command == "":
+        raise ApiError(400, "invalid", "command: give a shell command or a non-empty argv")
+    timeout = float(timeout or 600.0)
+    if not math.isfinite(timeout) or timeout <= 0 or timeout > 24 * 3600:
+        raise ApiError(400, "invalid", "timeout: give a number of seconds up to a day")
+    request = uuid.uuid4().hex
+    args = {
+        "command": command,
+        "cwd": workspace_path(cwd or WORKSPACE),
+        "env": {str(k): str(v) for k, v in (env or {}).items()},
+        "timeout": timeout,
+        "stdin": stdin,
+        "request": request,
+    }
+    if stream:
+        return exec_stream(attempt, args, timeout=timeout + OPERATION_MARGIN)
+    return operate(attempt, "exec", args, timeout=timeout + OPERATION_MARGIN)
+
+
+def sandbox_message(attempt: Attempt, *, role: str, content: str) -> None:
+    if sandbox_state(attempt) in ("deleted",):
+        raise ApiError(410, "gone", f"sandbox {attempt.pk} was deleted")
+    Timeline(attempt.pk).add(
+        EventKind.MESSAGE, actor=Actor.AGENT, role=role[:50], content=clip(content)
+    )
+
+
+def sandbox_close(attempt: Attempt, *, check: bool, wait: float = 900.0) -> Attempt:
+    """Ask the holder to close the sandbox (final check if asked), and wait until it has."""
+    state = sandbox_state(attempt)
+    if state == "deleted":
+        raise ApiError(410, "gone", f"sandbox {attempt.pk} was deleted")
+    Attempt.objects.filter(pk=attempt.pk, close_requested_at__isnull=True).update(
+        close_requested_at=timezone.now(), close_with_check=check
+    )
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        attempt.refresh_from_db()
+        if attempt.status in DONE_STATUSES:
+            return attempt
+        time.sleep(0.1)
+    raise ApiError(504, "timeout", f"sandbox {attempt.pk} did not close within {wait:g}s")
+
+
+def sandbox_delete(attempt: Attempt, *, by: str) -> None:
+    if attempt.status not in DONE_STATUSES:
+        Attempt.objects.filter(pk=attempt.pk, close_requested_at__isnull=True).update(
+            close_requested_at=timezone.now()
+        )
+    attempt_delete(attempt=attempt, by=by)

@@ -1,0 +1,161 @@
+"""The HTTP API end to end: a real web server process, a real worker, real Docker."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from django.contrib.auth import get_user_model
+
+from attempts.models import Attempt, EventKind
+from attempts.tokens import token_create
+from tests.conftest import containers_of
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]
+
+
+@pytest.fixture
+def users(db):
+    model = get_user_model()
+    alice = model.objects.create_user("alice", password="x")
+    bob = model.objects.create_user("bob", password="x")
+    return {"alice": token_create(user=alice)[1], "bob": token_create(user=bob)[1]}
+
+
+def client(web, token) -> httpx.Client:
+    return httpx.Client(base_url=web, headers={"Authorization": f"Bearer {token}"}, timeout=120)
+
+
+def test_every_route_needs_a_valid_token(web, users):
+    spec = httpx.get(web + "/api/openapi.json").json()
+    calls = 0
+    for path, methods in spec["paths"].items():
+        url = web + path.replace("{slug}", "t").replace("{sandbox_id}", "1").replace(
+            "{attempt_id}", "1"
+        )
+        for method in methods:
+            for headers in ({}, {"Authorization": "Bearer bz_not-a-token"}):
+                answer = httpx.request(method.upper(), url, headers=headers, json={})
+                assert answer.status_code == 401, (method, path, answer.text)
+                calls += 1
+    assert calls >= 2 * 15
+
+
+def test_a_client_drives_a_sandbox_and_every_call_is_on_its_timeline(
+    web, worker, users, load_example
+):
+    load_example("fix-add")
+    with client(web, users["alice"]) as alice, client(web, users["bob"]) as bob:
+        made = alice.post("/api/sandboxes", json={"task": "fix-add", "labels": {"run": "r1"}})
+        assert made.status_code == 201, made.text
+        sandbox = made.json()
+        sid = sandbox["id"]
+        assert sandbox["state"] == "live" and sandbox["name"] == "fix-add#1"
+        assert bob.get(f"/api/sandboxes/{sid}").status_code == 404  # not bob's
+        assert [s["id"] for s in alice.get("/api/sandboxes?label=run=r1").json()] == [sid]
+
+        first = alice.post(
+            f"/api/sandboxes/{sid}/exec", json={"command": "python3 -m pytest -q tests"}
+        ).json()
+        assert first["exit_code"] == 1 and "test_add" in first["stdout"]
+        source = alice.get(f"/api/sandboxes/{sid}/files", params={"path": "calc.py"})
+        assert source.status_code == 200 and b"return a - b" in source.content
+        fixed = source.content.replace(b"return a - b", b"return a + b")
+        written = alice.put(f"/api/sandboxes/{sid}/files?path=calc.py", content=fixed)
+        assert written.json() == {"path": "/workspace/calc.py", "bytes": len(fixed), "files": 0}
+        again = alice.post(
+            f"/api/sandboxes/{sid}/exec",
+            json={"command": ["python3", "-m", "pytest", "-q", "tests"], "cwd": "."},
+        ).json()
+        assert again["exit_code"] == 0
+        check = alice.post(f"/api/sandboxes/{sid}/check").json()
+        assert check["passed"] is True and check["mode"] == "fresh"
+        diff = alice.get(f"/api/sandboxes/{sid}/diff").json()
+        assert "+    return a + b" in diff["patch"]
+        assert diff["files"] == [
+            {
+                "path": "calc.py",
+                "old_path": "calc.py",
+                "status": "modified",
+                "added": 1,
+                "removed": 1,
+            }
+        ]
+        assert (
+            alice.post(
+                f"/api/sandboxes/{sid}/messages", json={"role": "assistant", "content": "done"}
+            ).status_code
+            == 201
+        )
+        closed = alice.post(f"/api/sandboxes/{sid}/close", json={"check": True}).json()
+        assert closed["state"] == "closed" and closed["outcome"] == "passed"
+        assert closed["check"]["passed"] is True
+        refused = alice.post(f"/api/sandboxes/{sid}/exec", json={"command": "true"})
+        assert (refused.status_code, refused.json()["code"]) == (409, "closed")
+
+    attempt = Attempt.objects.get(pk=sid)
+    steps = []
+    for event in attempt.events.order_by("seq"):
+        data = event.data
+        if (
+            event.kind == EventKind.EXEC
+            and data.get("phase") == "start"
+            and data["step"]
+            in (
+                "exec",
+                "check",
+            )
+        ):
+            steps.append(data["step"])
+        elif event.kind == EventKind.FILE and data.get("action") in ("read", "write"):
+            steps.append(data["action"])
+        elif event.kind == EventKind.MESSAGE:
+            steps.append("message")
+    assert steps == ["exec", "read", "write", "exec", "check", "message", "check"]
+    assert attempt.outcome == "passed" and attempt.owner.username == "alice"
+    assert [c["status"] for c in containers_of(sid)] == ["exited"]
+
+
+def test_floods_and_sleepers_come_back_capped_and_the_sandbox_still_works(
+    web, worker, users, load_example
+):
+    load_example("fix-add")
+    with client(web, users["alice"]) as alice:
+        sid = alice.post("/api/sandboxes", json={"task": "fix-add"}).json()["id"]
+        flood = alice.post(
+            f"/api/sandboxes/{sid}/exec", json={"command": "yes | head -c 5000000"}
+        ).json()
+        assert flood.get("truncated") is True, flood
+        assert flood["stdout_bytes"] == 5_000_000
+        assert len(flood["stdout"]) < 200_000 and flood["stdout_raw"].startswith(web)
+        sleeper = alice.post(
+            f"/api/sandboxes/{sid}/exec", json={"command": "sleep 100", "timeout": 1}
+        ).json()
+        assert sleeper["timed_out"] is True and sleeper["duration"] < 10
+        with alice.stream(
+            "POST",
+            f"/api/sandboxes/{sid}/exec",
+            json={"command": "for i in 1 2 3; do echo line$i; sleep 0.7; done", "stream": True},
+        ) as streamed:
+            assert streamed.headers["content-type"] == "application/x-ndjson"
+            items = [json.loads(line) for line in streamed.iter_lines() if line]
+        texts = [i["text"] for i in items if "text" in i]
+        assert len(texts) >= 2 and "".join(texts) == "line1\nline2\nline3\n"
+        assert items[-1]["result"]["exit_code"] == 0
+        fed = alice.post(
+            f"/api/sandboxes/{sid}/exec", json={"command": "cat; echo", "stdin": "from stdin"}
+        ).json()
+        assert fed["stdout"] == "from stdin\n"
+        for path, status, code in (
+            ("missing.txt", 404, "file_not_found"),
+            ("tests", 400, "is_a_directory"),
+            ("/etc/shadow", 403, "permission_denied"),
+        ):
+            answer = alice.get(f"/api/sandboxes/{sid}/files", params={"path": path})
+            assert (answer.status_code, answer.json()["code"]) == (status, code), path
+            assert path.lstrip("/") in answer.json()["detail"]
+        listing = alice.get(f"/api/sandboxes/{sid}/files/list", params={"path": "tests"}).json()
+        assert {"name": "test_calc.py", "type": "file"}.items() <= listing[0].items()
+        assert alice.delete(f"/api/sandboxes/{sid}").status_code == 204
+        assert alice.get(f"/api/sandboxes/{sid}").status_code == 404
