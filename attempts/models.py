@@ -218,6 +218,9 @@ class Attempt(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     close_requested_at = models.DateTimeField(null=True, blank=True)
     close_with_check = models.BooleanField(default=False)
+    heartbeat_at = models.DateTimeField(
+        null=True, blank=True, help_text="Last sign of life of the worker process running it."
+    )
     exec_count = models.PositiveIntegerField(
         default=0, help_text="Commands run so far: every exec takes the next number."
     )

@@ -19,6 +19,7 @@ from django.utils import timezone
 from . import session as files
 from .changes import ChangesUnavailable
 from .errors import AttemptGone, InfrastructureError, SandboxGone
+from .heartbeat import beating
 from .models import Actor, Attempt, EventKind, Outcome, SandboxState, Status
 from .runner import AttemptRunner, claim, scratch_folder, verdict_of
 from .sandbox.runtime import Sandbox
@@ -57,7 +58,7 @@ class SandboxHolder(AttemptRunner):
 
     def run(self) -> None:
         try:
-            with scratch_folder(self.attempt) as scratch:
+            with beating(self.attempt.pk), scratch_folder(self.attempt) as scratch:
                 self.trees = AttemptTrees(self.attempt, scratch)
                 self._hold()
         except AttemptGone:

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from .deletion import attempt_delete, sandbox_delete
@@ -67,6 +68,28 @@ def _attempt_id(container: dict) -> int | None:
         return int(container["labels"].get(runtime.LABEL_ATTEMPT, ""))
     except ValueError:
         return None
+
+
+def reap_silent(host: str, now=None) -> int:
+    """End the attempts of `host` whose worker process has given no sign of life for
+    BOLTZ_LOST_AFTER seconds (it was killed, or ran out of memory): infrastructure errors,
+    their containers removed, their slots free. Returns how many."""
+    now = now or timezone.now()
+    quiet = now - timedelta(seconds=settings.BOLTZ_LOST_AFTER)
+    silent = Attempt.objects.filter(host=host, status__in=ACTIVE_STATUSES).filter(
+        Q(heartbeat_at__lt=quiet) | Q(heartbeat_at__isnull=True, started_at__lt=quiet)
+    )
+    lost = 0
+    for attempt in silent:
+        reason = (
+            f"worker lost: the process running the attempt on host {host} gave no sign of "
+            f"life for {settings.BOLTZ_LOST_AFTER:g}s (killed, or out of memory)"
+        )
+        if mark_infra_error(attempt.pk, reason, expected_status=attempt.status):
+            lost += 1
+            runtime.remove_attempt_containers(attempt.pk)
+            _mark_removed(attempt.pk, "its worker was lost")
+    return lost
 
 
 def reap_host(host: str | None = None, now=None) -> dict:

@@ -27,6 +27,7 @@ from .changes import ChangesUnavailable
 from .checking import Check, memory_text
 from .deadlines import attempt_budget
 from .errors import AttemptGone, AttemptStopped, InfrastructureError, SandboxGone, TaskInvalid
+from .heartbeat import beating
 from .models import (
     DONE_STATUSES,
     Actor,
@@ -228,7 +229,7 @@ class AttemptRunner:
     # --- the whole attempt ----------------------------------------------------------------------
     def run(self) -> None:
         try:
-            with scratch_folder(self.attempt) as scratch:
+            with beating(self.attempt.pk), scratch_folder(self.attempt) as scratch:
                 self.trees = AttemptTrees(self.attempt, scratch)
                 self._run()
         except AttemptGone:

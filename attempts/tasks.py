@@ -12,6 +12,7 @@ from django.conf import settings
 
 from . import queueing, reaper, runner
 from .errors import DockerUnavailable
+from .hosts import known_hosts
 from .models import Attempt, SandboxState
 from .sandbox import runtime
 
@@ -47,7 +48,7 @@ def remove_sandbox_task(attempt_id: int) -> None:
 def apply_retention_task() -> dict:
     """Periodic (Celery beat): retention, then the reaper on every known host."""
     result = reaper.apply_retention()
-    for host in reaper.known_hosts():
+    for host in known_hosts():
         queueing.enqueue_reap(host)
     return result
 
@@ -90,13 +91,18 @@ HEARTBEAT_SECONDS = 2
 
 
 def _heartbeat() -> None:
+    """Say the host is alive, and watch its attempts' workers: one that went silent is lost."""
     from .hosts import register_host
 
+    beats = 0
     while True:
         try:
             register_host(settings.BOLTZ_HOST, settings.BOLTZ_MAX_SANDBOXES, images=False)
+            if beats % 3 == 0:
+                reaper.reap_silent(settings.BOLTZ_HOST)
         except Exception:  # noqa: BLE001 - a missed beat is retried; it must never stop
             log.exception("heartbeat of host %s failed", settings.BOLTZ_HOST)
+        beats += 1
         time.sleep(HEARTBEAT_SECONDS)
 
 

@@ -154,6 +154,9 @@ BOLTZ_INSTANCE = env_str(
 )
 BOLTZ_SANDBOX_NETWORK = env_str("BOLTZ_SANDBOX_NETWORK", "bridge")
 CELERY_WORKER_CONCURRENCY = BOLTZ_MAX_SANDBOXES
+# A running attempt whose worker process has given no sign of life for this long is lost: it
+# ends as an infrastructure error, its container goes and its slot is free again.
+BOLTZ_LOST_AFTER = env_seconds("BOLTZ_LOST_AFTER", "45")
 # Room past an attempt's own stage limits before the reaper calls its worker lost.
 BOLTZ_DEADLINE_MARGIN = env_seconds("BOLTZ_DEADLINE_MARGIN", "300")
 # Attempts are kept forever unless this is set (e.g. 90d).

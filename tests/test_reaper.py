@@ -6,8 +6,10 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -127,3 +129,69 @@ def test_beat_applies_retention_to_kept_sandboxes(worker, load_example, settings
     assert old.sandbox_deleted_by == "retention" and not containers_of(old.pk)
     assert Attempt.objects.get(pk=fresh.pk).sandbox_state == SandboxState.STOPPED
     assert len(containers_of(fresh.pk)) == 1
+
+
+def test_the_retention_task_sends_the_reaper_to_every_known_host(
+    django_db_setup, redis_ready, monkeypatch
+):
+    from attempts import queueing, tasks
+
+    WorkerHost.objects.create(name="far-host")
+    sent = []
+    monkeypatch.setattr(queueing, "enqueue_reap", sent.append)
+    assert tasks.apply_retention_task() == {"sandboxes_deleted": 0, "attempts_deleted": 0}
+    assert "far-host" in sent
+
+
+def test_a_killed_worker_process_is_noticed_within_a_minute(
+    django_db_setup, docker_ready, redis_ready, load_example
+):
+    """Only the process running the attempt dies (SIGKILL, as the kernel's OOM killer does);
+    the host's other workers notice its silence, end the attempt and free its slot."""
+    queue, host = f"silent-{uuid.uuid4().hex[:8]}", f"silent-host-{uuid.uuid4().hex[:4]}"
+    task = load_example("fix-add")
+    with run_worker(queue=queue, host=host, capacity=1, env={"BOLTZ_LOST_AFTER": "10"}) as proc:
+        attempt = attempt_create(
+            task=task, agent="command", command="echo go; sleep 600", queue=queue
+        )
+        wait_until(
+            lambda: attempt.events.filter(kind=EventKind.OUTPUT).exists(), what="the agent to start"
+        )
+        pool = _pool_children(proc.pid, "-n attempts-")
+        assert len(pool) == 1
+        killed_at = time.monotonic()
+        os.kill(pool[0], signal.SIGKILL)
+        wait_until(
+            lambda: Attempt.objects.get(pk=attempt.pk).status == Status.FINISHED,
+            timeout=60,
+            what="the lost attempt to be noticed",
+        )
+        assert time.monotonic() - killed_at < 60
+        wait_until(lambda: not containers_of(attempt.pk), what="its container to go")
+        attempt.refresh_from_db()
+        assert attempt.outcome == Outcome.INFRA_ERROR and attempt.score is None
+        assert attempt.failure_reason.startswith(
+            f"worker lost: the process running the attempt on host {host} gave no sign of life"
+        )
+        # Its slot is free again: the next attempt on that host runs.
+        after = attempt_create(task=task, agent="noop", queue=queue)
+        assert wait_finished([after], timeout=60)[0].outcome == Outcome.FAILED
+
+
+def _pool_children(root: int, name: str) -> list[int]:
+    """The pool processes of the Celery worker named `name` under the process `root`."""
+    parents: dict[int, list[int]] = {}
+    commands: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            command = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        parents.setdefault(parent, []).append(int(entry))
+        commands[int(entry)] = command
+    workers = [p for p in parents.get(root, []) if name in commands.get(p, "")]
+    return [child for worker in workers for child in parents.get(worker, [])]
