@@ -8,17 +8,19 @@ import json
 import time
 from datetime import datetime
 
+from django.db import transaction
 from django.http import HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 from ninja import NinjaAPI, Query, Schema
 from ninja.security import HttpBearer
 
 from . import sandboxes, services
+from .callbacks import attempt_payload
 from .diffview import split_files
 from .errors import TaskInvalid
 from .models import DONE_STATUSES, Attempt, CheckResult, Task
 from .sandboxes import ApiError, sandbox_for
-from .tokens import token_user
+from .tokens import callback_key, token_user
 
 
 class TokenAuth(HttpBearer):
@@ -26,6 +28,7 @@ class TokenAuth(HttpBearer):
         user = token_user(token)
         if user is not None:
             request.user = user
+            request.callback_key = callback_key(token)
         return user
 
 
@@ -185,6 +188,7 @@ class AttemptsIn(Schema):
     agent: str
     command: str = ""
     n: int = 1
+    callback_url: str = ""
 
 
 class AttemptOut(Schema):
@@ -252,21 +256,7 @@ def sandbox_out(request, attempt: Attempt, check: CheckResult | None = None) -> 
 
 
 def attempt_out(request, attempt: Attempt) -> dict:
-    last = attempt.checks.order_by("-pk").first()
-    tests = list(last.tests.all()) if last else []
-    return {
-        "id": attempt.pk,
-        "task": attempt.task.slug,
-        "number": attempt.number,
-        "name": f"{attempt.task.slug}#{attempt.number}",
-        "agent": attempt.agent,
-        "status": attempt.status,
-        "outcome": attempt.outcome,
-        "score": attempt.score,
-        "failure_reason": attempt.failure_reason,
-        "tests": [{"name": t.name, "outcome": t.outcome, "message": t.message} for t in tests],
-        "url": _url(request, attempt),
-    }
+    return attempt_payload(attempt, base_url=request.build_absolute_uri("/").rstrip("/"))
 
 
 ERRORS = {400: Error, 404: Error, 409: Error, 410: Error, 413: Error, 502: Error, 504: Error}
@@ -294,8 +284,18 @@ def start_attempts(request, slug: str, body: AttemptsIn):
         raise ApiError(404, "not_found", f"no task {slug!r}")
     if not 1 <= body.n <= 100:
         raise ApiError(400, "invalid", "n: start between 1 and 100 attempts at once")
-    made = services.attempts_create(task=task, agent=body.agent, command=body.command, count=body.n)
-    Attempt.objects.filter(pk__in=[a.pk for a in made]).update(owner=request.user)
+    url = body.callback_url.strip()
+    if url and (not url.startswith(("http://", "https://")) or len(url) > 1000):
+        raise ApiError(400, "invalid", "callback_url: give an http:// or https:// URL")
+    with transaction.atomic():  # enqueued once owner and callback are in place
+        made = services.attempts_create(
+            task=task, agent=body.agent, command=body.command, count=body.n
+        )
+        Attempt.objects.filter(pk__in=[a.pk for a in made]).update(
+            owner=request.user,
+            callback_url=url,
+            callback_key=request.callback_key if url else "",
+        )
     return 201, [attempt_out(request, a) for a in made]
 
 

@@ -218,6 +218,12 @@ class Attempt(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     close_requested_at = models.DateTimeField(null=True, blank=True)
     close_with_check = models.BooleanField(default=False)
+    callback_url = models.URLField(
+        max_length=1000, blank=True, help_text="Receives the outcome as JSON when it ends."
+    )
+    callback_key = models.CharField(
+        max_length=64, blank=True, editable=False, help_text="Signs the callbacks (HMAC)."
+    )
     heartbeat_at = models.DateTimeField(
         null=True, blank=True, help_text="Last sign of life of the worker process running it."
     )

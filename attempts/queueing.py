@@ -23,6 +23,7 @@ REAP_HOST = "boltz.reap_host"
 APPLY_RETENTION = "boltz.apply_retention"
 HOLD_SANDBOX = "boltz.hold_sandbox"
 SANDBOX_OP = "boltz.sandbox_op"
+DELIVER_CALLBACK = "boltz.deliver_callback"
 
 
 def host_queue(host: str) -> str:
@@ -33,6 +34,11 @@ def host_queue(host: str) -> str:
 def ops_queue(host: str) -> str:
     """The queue of `host`'s operations worker: API calls on the live sandboxes it owns."""
     return f"{settings.BOLTZ_QUEUE}.ops.{host}"
+
+
+def callbacks_queue() -> str:
+    """Callbacks go out from any host's operations worker."""
+    return f"{settings.BOLTZ_QUEUE}.callbacks"
 
 
 def send(name: str, args: list, *, queue: str, **options) -> None:
@@ -90,3 +96,10 @@ def operation(host: str, attempt_id: int, op: str, args: dict, *, timeout: float
         return result.get(timeout=timeout, interval=0.005)
     finally:
         result.forget()
+
+
+def enqueue_callback(attempt_id: int, *, try_number: int = 1, delay: float = 0) -> None:
+    """Deliver an ended attempt's outcome to its callback URL (now, and retried later)."""
+    app.send_task(
+        DELIVER_CALLBACK, args=[attempt_id, try_number], queue=callbacks_queue(), countdown=delay
+    )

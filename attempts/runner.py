@@ -23,6 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from . import agents
+from .callbacks import attempt_ended
 from .changes import ChangesUnavailable
 from .checking import Check, memory_text
 from .deadlines import attempt_budget
@@ -43,7 +44,6 @@ from .session import CommandRun, SandboxSession, files_tar, update_attempt
 from .storage import delete_tree
 from .timeline import Timeline
 from .trees import AttemptTrees
-from .validation import refresh_validation
 
 log = logging.getLogger(__name__)
 
@@ -322,7 +322,7 @@ class AttemptRunner:
                 reason=reason,
                 message=f"{status}: {outcome}",
             )
-        refresh_validation(self.task.pk)
+        attempt_ended(self.attempt.pk, self.task.pk)
 
     def _verdict(self, agent: CommandRun | None, result: CheckResult) -> tuple[str, str]:
         """The attempt's outcome and reason from its agent's step and its check."""
@@ -403,7 +403,7 @@ def mark_infra_error(attempt_id: int, reason: str, *, expected_status: str = Sta
     if updated:
         task_id = Attempt.objects.filter(pk=attempt_id).values_list("task_id", flat=True).first()
         if task_id:
-            refresh_validation(task_id)
+            attempt_ended(attempt_id, task_id)
     return bool(updated)
 
 

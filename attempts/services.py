@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from . import agents, queueing
 from .bundle import stream_bundle
+from .callbacks import attempt_ended
 from .datasets import export_lines, select_attempts
 from .deletion import record_audit
 from .errors import TaskInvalid
@@ -28,7 +29,6 @@ from .models import (
 )
 from .storage import read_stored
 from .timeline import Timeline
-from .validation import refresh_validation
 
 MAX_AGENT_FILES_BYTES = 64 * 1024 * 1024
 SAFE_FILE_NAME = re.compile(r"^[\w][\w.-]{0,99}$")
@@ -139,7 +139,7 @@ def attempt_cancel(*, attempt: Attempt, by: str) -> bool:
             Timeline(attempt.pk).reviewer(
                 "cancel", by, f"cancelled by {by} before it started", status=Status.CANCELLED
             )
-            refresh_validation(attempt.task_id)
+            attempt_ended(attempt.pk, attempt.task_id)
             return True
         updated = (
             Attempt.objects.filter(pk=attempt.pk, cancel_requested_at__isnull=True)

@@ -112,3 +112,14 @@ def start_heartbeat(sender=None, **kwargs) -> None:
     sandbox whose host went quiet fails at once instead of waiting."""
     if sender is not None and str(getattr(sender, "hostname", "")).startswith("ops-"):
         threading.Thread(target=_heartbeat, name="boltz-heartbeat", daemon=True).start()
+
+
+@shared_task(name=queueing.DELIVER_CALLBACK)
+def deliver_callback_task(attempt_id: int, try_number: int) -> None:
+    """One delivery of a callback; a failed one is sent again later (1, 2, 4, 8 s ... apart)."""
+    from .callbacks import deliver
+
+    if not deliver(attempt_id, try_number):
+        queueing.enqueue_callback(
+            attempt_id, try_number=try_number + 1, delay=2 ** (try_number - 1)
+        )

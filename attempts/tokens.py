@@ -17,6 +17,12 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def callback_key(token: str) -> str:
+    """The key that signs a token's callbacks: sha256 of the token, in hex. Its holder can
+    compute it; Boltz keeps it (it is the token's stored hash) to sign with."""
+    return _hash(token)
+
+
 def token_create(*, user, name: str = "") -> tuple[ApiToken, str]:
     """A new token for `user`: (the row, the token itself, which is never stored)."""
     token = PREFIX + secrets.token_urlsafe(32)

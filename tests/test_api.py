@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import pytest
@@ -159,3 +160,62 @@ def test_floods_and_sleepers_come_back_capped_and_the_sandbox_still_works(
         assert {"name": "test_calc.py", "type": "file"}.items() <= listing[0].items()
         assert alice.delete(f"/api/sandboxes/{sid}").status_code == 204
         assert alice.get(f"/api/sandboxes/{sid}").status_code == 404
+
+
+def test_batch_attempts_come_back_as_data_and_their_callbacks_are_signed_and_retried(
+    web, worker, users, load_example
+):
+    import hashlib
+    import hmac
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    load_example("fix-add")
+    received = []
+
+    class Receiver(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - the standard library's name
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append((dict(self.headers), body))
+            self.send_response(500 if len(received) == 1 else 200)  # the first one fails
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    hook = f"http://127.0.0.1:{server.server_port}/done"
+    try:
+        with client(web, users["alice"]) as alice:
+            bad = alice.post(
+                "/api/tasks/fix-add/attempts", json={"agent": "noop", "callback_url": "ftp://x"}
+            )
+            assert (bad.status_code, bad.json()["code"]) == (400, "invalid")
+            made = alice.post(
+                "/api/tasks/fix-add/attempts",
+                json={"agent": "reference", "n": 2, "callback_url": hook},
+            )
+            assert made.status_code == 201, made.text
+            ids = [a["id"] for a in made.json()]
+            done = alice.post("/api/attempts/wait", json={"ids": ids, "timeout": 120}).json()
+            assert [a["outcome"] for a in done] == ["passed", "passed"]
+            assert done[0]["tests"] and done[0]["url"].startswith(web)
+            one = alice.get(f"/api/attempts/{ids[0]}").json()
+            assert one["name"] == "fix-add#1" and one["score"] == 1.0
+            with client(web, users["bob"]) as bob:
+                assert bob.get(f"/api/attempts/{ids[0]}").status_code == 404
+        deadline = time.monotonic() + 60
+        while len(received) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        server.shutdown()
+    assert len(received) == 3  # one attempt's first delivery failed and was sent again
+    key = hashlib.sha256(users["alice"].encode()).hexdigest()
+    for headers, body in received:
+        expected = "sha256=" + hmac.new(key.encode(), body, hashlib.sha256).hexdigest()
+        assert headers["X-Boltz-Signature"] == expected
+        assert json.loads(body)["outcome"] == "passed"
+    retried = int(received[0][0]["X-Boltz-Attempt"])
+    deliveries = Attempt.objects.get(pk=retried).events.filter(data__action="callback")
+    assert [e.data["delivered"] for e in deliveries.order_by("seq")] == [False, True]

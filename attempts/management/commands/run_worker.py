@@ -6,7 +6,7 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from attempts.queueing import host_queue, ops_queue
+from attempts.queueing import callbacks_queue, host_queue, ops_queue
 
 
 class Command(BaseCommand):
@@ -51,7 +51,7 @@ class Command(BaseCommand):
             "ops": [
                 *base,
                 "-Q",
-                ops_queue(host),
+                f"{ops_queue(host)},{callbacks_queue()}",
                 "-P",
                 "threads",
                 "-c",
