@@ -20,7 +20,7 @@ from django.db.models import Max, QuerySet
 from django.utils import timezone
 
 from . import queueing
-from .deletion import attempt_delete
+from .deletion import sandbox_delete as sandbox_files_delete
 from .hosts import host_alive
 from .models import (
     DONE_STATUSES,
@@ -272,7 +272,7 @@ def sandbox_message(attempt: Attempt, *, role: str, content: str) -> None:
     if sandbox_state(attempt) in ("deleted",):
         raise ApiError(410, "gone", f"sandbox {attempt.pk} was deleted")
     Timeline(attempt.pk).add(
-        EventKind.MESSAGE, actor=Actor.AGENT, role=role[:50], content=clip(content)
+        EventKind.MESSAGE, actor=Actor.AGENT, role=role[:50], text=clip(content)
     )
 
 
@@ -294,8 +294,6 @@ def sandbox_close(attempt: Attempt, *, check: bool, wait: float = 900.0) -> Atte
 
 
 def sandbox_delete(attempt: Attempt, *, by: str) -> None:
-    if attempt.status not in DONE_STATUSES:
-        Attempt.objects.filter(pk=attempt.pk, close_requested_at__isnull=True).update(
-            close_requested_at=timezone.now()
-        )
-    attempt_delete(attempt=attempt, by=by)
+    """Its container and kept files go at once (a live one is stopped by its holder); the
+    record, timeline, diff and checks stay for review, and calls on it answer 410."""
+    sandbox_files_delete(attempt=attempt, by=by)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
 import time
 
 import httpx
@@ -115,6 +117,12 @@ def test_a_client_drives_a_sandbox_and_every_call_is_on_its_timeline(
             steps.append("message")
     assert steps == ["exec", "read", "write", "exec", "check", "message", "check"]
     assert attempt.outcome == "passed" and attempt.owner.username == "alice"
+    # The exports hold its commands and its message, in order.
+    from attempts.datasets import export_lines
+
+    sft = json.loads(b"".join(export_lines(Attempt.objects.filter(pk=sid), "sft")))
+    said = json.dumps(sft["messages"])
+    assert said.index("pytest -q tests") < said.index('"done"')
     assert [c["status"] for c in containers_of(sid)] == ["exited"]
 
 
@@ -158,8 +166,18 @@ def test_floods_and_sleepers_come_back_capped_and_the_sandbox_still_works(
             assert path.lstrip("/") in answer.json()["detail"]
         listing = alice.get(f"/api/sandboxes/{sid}/files/list", params={"path": "tests"}).json()
         assert {"name": "test_calc.py", "type": "file"}.items() <= listing[0].items()
+        escaping = io.BytesIO()
+        with tarfile.open(fileobj=escaping, mode="w") as tar:
+            info = tarfile.TarInfo("../outside.txt")
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+        refused = alice.put(f"/api/sandboxes/{sid}/archive?path=up", content=escaping.getvalue())
+        assert (refused.status_code, refused.json()["code"]) == (400, "invalid")
+        assert "'../outside.txt' would leave" in refused.json()["detail"]
         assert alice.delete(f"/api/sandboxes/{sid}").status_code == 204
-        assert alice.get(f"/api/sandboxes/{sid}").status_code == 404
+        gone = alice.post(f"/api/sandboxes/{sid}/exec", json={"command": "true"})
+        assert (gone.status_code, gone.json()["code"]) == (410, "gone")
+        assert alice.get(f"/api/sandboxes/{sid}").json()["state"] == "deleted"
 
 
 def test_batch_attempts_come_back_as_data_and_their_callbacks_are_signed_and_retried(
@@ -219,3 +237,34 @@ def test_batch_attempts_come_back_as_data_and_their_callbacks_are_signed_and_ret
     retried = int(received[0][0]["X-Boltz-Attempt"])
     deliveries = Attempt.objects.get(pk=retried).events.filter(data__action="callback")
     assert [e.data["delivered"] for e in deliveries.order_by("seq")] == [False, True]
+
+
+def test_over_capacity_a_create_waits_then_answers_429_and_idle_sandboxes_close(
+    web, worker, users, load_example
+):
+    load_example("fix-add")
+    with client(web, users["alice"]) as alice:
+        # The test worker holds two sandboxes at once: both slots are taken by these.
+        held = [
+            alice.post("/api/sandboxes", json={"task": "fix-add", "idle_timeout": 3}).json()
+            for _ in range(2)
+        ]
+        assert [h["state"] for h in held] == ["live", "live"]
+        full = alice.post("/api/sandboxes", json={"task": "fix-add", "wait": 1})
+        assert (full.status_code, full.json()["code"]) == (429, "capacity")
+        assert int(full.headers["Retry-After"]) > 0
+        # Unused, both close by themselves once idle, and say why; their slots come back.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            states = [alice.get(f"/api/sandboxes/{h['id']}").json()["state"] for h in held]
+            if states == ["closed", "closed"]:
+                break
+            time.sleep(0.5)
+        assert states == ["closed", "closed"]
+        why = Attempt.objects.get(pk=held[0]["id"]).events.filter(
+            data__message__startswith="closing: idle for more than 3s"
+        )
+        assert why.exists()
+        again = alice.post("/api/sandboxes", json={"task": "fix-add", "wait": 60})
+        assert again.status_code == 201
+        alice.post(f"/api/sandboxes/{again.json()['id']}/close", json={})
