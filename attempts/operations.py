@@ -68,9 +68,11 @@ class SandboxHolder(AttemptRunner):
         attempt, timeline = self.attempt, self.timeline
         outcome, reason, score = Outcome.INFRA_ERROR, "", None
         stage = "start"
+        began = mark = time.monotonic()
         try:
             self.start()
-            stage = "work"
+            self.timings["start"] = round(time.monotonic() - mark, 3)
+            stage, mark = "work", time.monotonic()
             now = timezone.now()
             update_attempt(attempt, status=Status.RUNNING, last_used_at=now)
             timeline.add(
@@ -80,13 +82,16 @@ class SandboxHolder(AttemptRunner):
             )
             why = self._wait_for_close()
             timeline.add(EventKind.LIFECYCLE, message=f"closing: {why}")
-            stage = "record"
+            self.timings["work"] = round(time.monotonic() - mark, 3)
+            stage, mark = "record", time.monotonic()
             self.end_agent()
             self.trees.record(self.session)
+            self.timings["record"] = round(time.monotonic() - mark, 3)
             result = None
             if attempt.close_with_check:
-                stage = "check"
+                stage, mark = "check", time.monotonic()
                 result = self.check()
+                self.timings["check"] = round(time.monotonic() - mark, 3)
             last = result or attempt.checks.order_by("-pk").first()
             if last is None:
                 outcome, reason = "", "closed without a check"
@@ -111,6 +116,7 @@ class SandboxHolder(AttemptRunner):
             reason = f"{stage}: internal error in Boltz: {exc!r}"
         finally:
             self.keep_sandbox()
+        self.timings["total"] = round(time.monotonic() - began, 3)
         self.finish(outcome, reason, score)
 
     def _wait_for_close(self) -> str:

@@ -27,7 +27,7 @@ $PY manage.py load_task examples/*/
 stop worker
 nohup $PY manage.py run_worker > "$RUN/worker.log" 2>&1 &
 echo $! > "$RUN/worker.pid"
-ready() { [ "$(grep -c ' ready\.' "$RUN/worker.log")" -ge 2 ]; }  # both workers of the host
+ready() { [ "$(grep -c ' ready\.' "$RUN/worker.log")" -ge 3 ]; }  # all three workers of the host
 for _ in $(seq 1 60); do ready && break; sleep 0.5; done
 ready || { echo "boltz: the workers did not start; see $RUN/worker.log" >&2; exit 1; }
 echo "boltz: worker running (log: $RUN/worker.log)"
@@ -50,6 +50,7 @@ for _ in $(seq 1 40); do
   sleep 0.5
 done
 echo
-echo "Boltz is running: http://$ADDR/"
+echo "Boltz is running: http://$ADDR/ (the API: http://$ADDR/api/docs)"
 $PY manage.py ensure_admin
+echo "An API token for the SDK: $PY manage.py create_token admin"
 echo "Stop it with: make stop"

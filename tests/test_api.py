@@ -117,6 +117,7 @@ def test_a_client_drives_a_sandbox_and_every_call_is_on_its_timeline(
             steps.append("message")
     assert steps == ["exec", "read", "write", "exec", "check", "message", "check"]
     assert attempt.outcome == "passed" and attempt.owner.username == "alice"
+    assert set(attempt.timings) == {"start", "work", "record", "check", "total"}
     # The exports hold its commands and its message, in order.
     from attempts.datasets import export_lines
 
