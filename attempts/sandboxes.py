@@ -155,7 +155,7 @@ def wait_live(attempt: Attempt, *, wait: float) -> Attempt:
             )
         if time.monotonic() >= deadline:
             break
-        time.sleep(0.05)
+        time.sleep(0.01)
     if attempt.status != Status.QUEUED:  # started meanwhile, still setting up: give it time
         return wait_live(attempt, wait=60.0) if wait > 0 else attempt
     gave_up = Attempt.objects.filter(pk=attempt.pk, status=Status.QUEUED).update(

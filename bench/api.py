@@ -6,7 +6,8 @@ SDK (docker-py) calls, in the same run.
 It starts what it needs itself, on 127.0.0.1 only, in a scratch data folder: the database
 (migrated), the fix-add example task, a user and an API token, a worker (`manage.py
 run_worker`, on a queue and Redis database of its own) and a web server (`manage.py
-runserver`). At the end, also on errors, it stops both and removes every container it made.
+runserver`). At the end, also on errors, it stops both and removes every container it made;
+then the scratch folder, unless something failed (it holds their logs).
 
 Measured, Boltz against raw, rounds interleaved (alternating which goes first):
 - an exec round trip of `true`: `sb.exec("true")` against `container.exec_run("true")`;
@@ -23,8 +24,10 @@ times raw.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -32,6 +35,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import types
 from pathlib import Path
 
 from _setup import ROOT, django_in_scratch, machine
@@ -112,17 +116,19 @@ def file_from_tar(chunks) -> bytes:
         return tar.extractfile(member).read()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("-n", type=int, default=30, help="rounds of exec and file operations")
-    parser.add_argument("--creates", type=int, default=10, help="rounds of create to first exec")
-    parser.add_argument("--write")
-    args = parser.parse_args()
-    queue = f"boltz-bench-api-{os.getpid()}"
+@contextlib.contextmanager
+def served(instance: str = "api"):
+    """Django in a scratch folder with the fix-add task, a user and a token; a worker and a web
+    server process on 127.0.0.1. Yields a namespace: url, token, task, workspace (the tar every
+    sandbox of the task starts from), docker (a docker-py client), raw_label (the label to give
+    raw containers), data (the folder). Stops both processes and removes every container made,
+    also on errors."""
+    queue = f"boltz-bench-{instance}-{os.getpid()}"
     # Before Django reads its settings: this process and its children share them.
     os.environ.update({"BOLTZ_QUEUE": queue, "BOLTZ_REDIS_URL": REDIS_URL})
-    data = django_in_scratch("api")
+    data = django_in_scratch(instance)
     import docker
+    import httpx
     import redis
     from django.conf import settings
     from django.contrib.auth import get_user_model
@@ -130,18 +136,17 @@ def main() -> None:
     from attempts import repos
     from attempts.taskdirs import load_task_dir
     from attempts.tokens import token_create
-    from boltz import Client
 
     task, _ = load_task_dir(ROOT / "examples" / "fix-add")
     user = get_user_model().objects.create_user("bench", password=None)
     _, token = token_create(user=user, name="bench")
-    instance = settings.BOLTZ_INSTANCE
-    raw_label = f"boltz-bench-api-{os.getpid()}"
+    raw_label = f"boltz-bench-{instance}-{os.getpid()}"
     docker_client = docker.from_env(timeout=120)
     broker = redis.Redis.from_url(REDIS_URL)
     broker.flushdb()  # this benchmark's own database: no message of an earlier run is left
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     worker = web = None
+    done = False
     try:
         worker_log = data / "worker.log"
         worker = start_process([sys.executable, "manage.py", "run_worker"], worker_log, env)
@@ -162,8 +167,6 @@ def main() -> None:
         )
 
         def web_ready() -> bool:
-            import httpx
-
             try:
                 return httpx.get(url + "/api/openapi.json", timeout=1).status_code == 200
             except httpx.HTTPError:
@@ -171,18 +174,67 @@ def main() -> None:
 
         wait_for(web_ready, web, web_log, "the web server", 30)
         workspace = repos.cached_workspace_archive(task.repo_url, task.base_commit).read_bytes()
-        with Client(url, token=token, timeout=120) as client:
-            rows, notes = measure(client, docker_client, task, workspace, raw_label, args)
+        yield types.SimpleNamespace(
+            url=url,
+            token=token,
+            task=task,
+            workspace=workspace,
+            docker=docker_client,
+            raw_label=raw_label,
+            data=data,
+        )
+        done = True
     finally:
         stop_process(web)
         stop_process(worker)
         removed = 0
-        for label in (f"boltz.instance={instance}", f"boltz.bench={raw_label}"):
+        for label in (f"boltz.instance={settings.BOLTZ_INSTANCE}", f"boltz.bench={raw_label}"):
             for container in docker_client.containers.list(all=True, filters={"label": label}):
                 container.remove(force=True, v=True)
                 removed += 1
         broker.flushdb()
         print(f"stopped the worker and the web server; removed {removed} containers")
+        if done:
+            shutil.rmtree(data, ignore_errors=True)
+        else:
+            print(f"the scratch folder with the worker's and web server's logs: {data}")
+
+
+def raw_container(env, *, start: bool = True):
+    """A container made as bench/sandbox.py's raw path makes it; started with the workspace
+    copied in unless `start` is false."""
+    task = env.task
+    container = env.docker.containers.create(
+        task.image_name,
+        ["sleep", "infinity"],
+        user="1000:1000",
+        working_dir="/workspace",
+        network_mode="none",
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        mem_limit=task.memory_bytes,
+        memswap_limit=task.memory_bytes,
+        nano_cpus=int(task.cpus * 1e9),
+        pids_limit=task.pids_limit,
+        init=True,
+        labels={"boltz.bench": env.raw_label},
+    )
+    if start:
+        container.put_archive("/", env.workspace)
+        container.start()
+    return container
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("-n", type=int, default=30, help="rounds of exec and file operations")
+    parser.add_argument("--creates", type=int, default=10, help="rounds of create to first exec")
+    parser.add_argument("--write")
+    args = parser.parse_args()
+    from boltz import Client
+
+    with served() as env, Client(env.url, token=env.token, timeout=120) as client:
+        rows, notes = measure(client, env, args)
 
     for name, boltz_t, raw_t in rows:
         print(
@@ -224,31 +276,10 @@ def main() -> None:
         write_section(args.write, "API against plain Docker", body)
 
 
-def measure(client, docker_client, task, workspace: bytes, raw_label: str, args):
-    def raw_container(start: bool = True):
-        container = docker_client.containers.create(
-            task.image_name,
-            ["sleep", "infinity"],
-            user="1000:1000",
-            working_dir="/workspace",
-            network_mode="none",
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
-            mem_limit=task.memory_bytes,
-            memswap_limit=task.memory_bytes,
-            nano_cpus=int(task.cpus * 1e9),
-            pids_limit=task.pids_limit,
-            init=True,
-            labels={"boltz.bench": raw_label},
-        )
-        if start:
-            container.put_archive("/", workspace)
-            container.start()
-        return container
-
+def measure(client, env, args):
     rows = []
     sb = client.sandbox(task="fix-add", agent="bench")
-    raw = raw_container()
+    raw = raw_container(env)
     try:
         # 1. exec round trip
         def boltz_exec():
@@ -298,9 +329,9 @@ def measure(client, docker_client, task, workspace: bytes, raw_label: str, args)
         assert made[-1].exec("true").exit_code == 0
 
     def raw_create():
-        container = raw_container(start=False)
+        container = raw_container(env, start=False)
         made.append(container)
-        container.put_archive("/", workspace)
+        container.put_archive("/", env.workspace)
         container.start()
         assert container.exec_run("true").exit_code == 0
 
@@ -334,7 +365,7 @@ def measure(client, docker_client, task, workspace: bytes, raw_label: str, args)
         f"raw, which {create_ok} the target of under ×{CREATE_TARGET_RATIO}. {args.n} rounds "
         f"of each exec and file operation, {args.creates} of create to first exec."
     )
-    return rows, {"summary": summary, "docker": docker_client.version()["Version"]}
+    return rows, {"summary": summary, "docker": env.docker.version()["Version"]}
 
 
 if __name__ == "__main__":

@@ -7,3 +7,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "boltz_web.settings")
 # do), and it asks the worker hosts' reports, not Docker, which images exist.
 os.environ["BOLTZ_ROLE"] = "web"
 application = get_wsgi_application()
+
+from boltz_web.serving import no_delay  # noqa: E402 - after Django is set up
+
+no_delay()

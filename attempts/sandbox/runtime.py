@@ -439,9 +439,10 @@ class Sandbox:
         except docker.errors.NotFound:
             self.ensure_running()  # the container went with its exec: say so, the same way
             raise
-        if not killed_by_host:
-            if exit_code is None or exit_code >= 128:
-                time.sleep(0.3)  # a container being killed may still say it runs for a moment
+        # A command that exited by itself (0-127) ran in a live container; one killed by a
+        # signal may have gone down with it: then say so, and why.
+        if not killed_by_host and (exit_code is None or exit_code >= 128):
+            time.sleep(0.3)  # a container being killed may still say it runs for a moment
             self.ensure_running()
         # `timeout` exits 124 (TERM worked) or 137 (KILL needed); an agent's own 124 that came
         # early is not a timeout.
