@@ -9,9 +9,10 @@ import time
 from datetime import datetime
 
 from django.db import transaction
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 from ninja import NinjaAPI, Query, Schema
+from ninja.errors import HttpError, ValidationError
 from ninja.security import HttpBearer
 
 from . import sandboxes, services
@@ -49,6 +50,33 @@ def api_error(request, exc: ApiError):
     if exc.retry_after is not None:
         response["Retry-After"] = str(exc.retry_after)
     return response
+
+
+@api.exception_handler(ValidationError)
+def invalid_input(request, exc: ValidationError):
+    where = "; ".join(
+        f"{'.'.join(str(p) for p in e.get('loc', ())[1:]) or 'body'}: {e.get('msg', 'invalid')}"
+        for e in exc.errors[:10]
+    )
+    return api.create_response(request, {"detail": where, "code": "invalid"}, status=422)
+
+
+HTTP_CODES = {400: "invalid", 401: "unauthorized", 403: "forbidden", 404: "not_found"}
+
+
+@api.exception_handler(HttpError)
+def http_error(request, exc: HttpError):
+    """Ninja's own answers (a body it cannot parse, no token) in the same shape as ours."""
+    code = HTTP_CODES.get(exc.status_code, "invalid")
+    detail = str(exc)
+    if exc.status_code == 401:
+        detail = "no valid API token: send Authorization: Bearer <token> (manage.py create_token)"
+    return api.create_response(request, {"detail": detail, "code": code}, status=exc.status_code)
+
+
+@api.exception_handler(Http404)
+def not_found(request, exc: Http404):
+    return api.create_response(request, {"detail": "not found", "code": "not_found"}, status=404)
 
 
 @api.exception_handler(TaskInvalid)
@@ -303,6 +331,8 @@ def start_attempts(request, slug: str, body: AttemptsIn):
 def wait_attempts(request, body: WaitIn):
     if not 0 < body.timeout <= 3600:
         raise ApiError(400, "invalid", "timeout: give seconds up to an hour")
+    if not body.ids or len(body.ids) > 1000 or not all(0 < i < 2**63 for i in body.ids):
+        raise ApiError(400, "invalid", "ids: give 1 to 1000 attempt ids")
     visible = sandboxes.visible_attempts(request.user).filter(pk__in=body.ids)
     if visible.count() != len(set(body.ids)):
         raise ApiError(404, "not_found", "some of those attempts do not exist (or are not yours)")

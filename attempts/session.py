@@ -329,6 +329,14 @@ d=$(dirname -- "$p")
 [ -w "$d" ] || exit 13
 rm -rf -- "$p" 2>/dev/null || exit 13
 """,
+    "archive": r"""
+p="$1"
+[ -e "$p" ] || [ -L "$p" ] || exit 2
+[ -r "$p" ] || exit 13
+if [ -d "$p" ]; then [ -x "$p" ] || exit 13; fi
+cd -- "$(dirname -- "$p")" 2>/dev/null || exit 13
+exec tar -cf - -- "$(basename -- "$p")" 2>/dev/null || exit 13
+""",
     "mkdir": r"""
 mkdir -p -- "$1" 2>/dev/null || exit 13
 """,
@@ -428,10 +436,11 @@ def upload_archive(session: SandboxSession, path: str, data: bytes) -> int:
     the sandbox user; entries that would leave the folder are refused."""
     members = 0
     out = io.BytesIO()
-    with (
-        tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as source,
-        tarfile.open(fileobj=out, mode="w") as tar,
-    ):
+    try:
+        source = tarfile.open(fileobj=io.BytesIO(data), mode="r:*")  # noqa: SIM115 - closed below
+    except tarfile.TarError as exc:
+        raise FileOpError("invalid", f"the body is not a tar archive ({exc})") from None
+    with source, tarfile.open(fileobj=out, mode="w") as tar:
         for member in source:
             name = safe_relative(member.name.rstrip("/"))
             if name is None:
@@ -459,14 +468,12 @@ def upload_archive(session: SandboxSession, path: str, data: bytes) -> int:
 
 
 def download_archive(session: SandboxSession, path: str, *, max_bytes: int) -> bytes:
-    stream = session.sandbox.get_archive(path)
-    if stream is None:
-        raise FileOpError("file_not_found", f"{path} does not exist in the sandbox")
-    data = bytearray()
-    for chunk in stream:
-        data.extend(chunk)
-        if len(data) > max_bytes:
-            raise FileOpError("too_large", f"{path} is larger than {max_bytes} bytes as a tar")
+    """A tar of a file or folder, made by the sandbox user (its permissions decide)."""
+    result, got = _run_file_script(session, "archive", [path], limit=max_bytes)
+    _raise_for(result, path)
+    if got.size > max_bytes:
+        raise FileOpError("too_large", f"{path} is larger than {max_bytes} bytes as a tar")
+    data = bytes(got.out)
     session.timeline.add(
         EventKind.FILE, actor=Actor.AGENT, action="download", path=path, bytes=len(data)
     )

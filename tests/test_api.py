@@ -165,6 +165,12 @@ def test_floods_and_sleepers_come_back_capped_and_the_sandbox_still_works(
             answer = alice.get(f"/api/sandboxes/{sid}/files", params={"path": path})
             assert (answer.status_code, answer.json()["code"]) == (status, code), path
             assert path.lstrip("/") in answer.json()["detail"]
+        for path, status in (("/etc/shadow", 403), ("calc.py/x", 404)):
+            archive = alice.get(f"/api/sandboxes/{sid}/archive", params={"path": path})
+            assert archive.status_code == status, (path, archive.text)
+        tests_tar = alice.get(f"/api/sandboxes/{sid}/archive", params={"path": "tests"})
+        with tarfile.open(fileobj=io.BytesIO(tests_tar.content)) as tar:
+            assert "tests/test_calc.py" in tar.getnames()
         listing = alice.get(f"/api/sandboxes/{sid}/files/list", params={"path": "tests"}).json()
         assert {"name": "test_calc.py", "type": "file"}.items() <= listing[0].items()
         escaping = io.BytesIO()
