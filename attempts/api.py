@@ -16,6 +16,7 @@ from ninja.errors import HttpError, ValidationError
 from ninja.security import HttpBearer
 
 from . import sandboxes, services
+from .bundle import check_record
 from .callbacks import attempt_payload
 from .diffview import split_files
 from .errors import TaskInvalid
@@ -244,22 +245,7 @@ def _url(request, attempt: Attempt) -> str:
 
 
 def check_out(check: CheckResult) -> dict:
-    return {
-        "id": check.pk,
-        "passed": check.passed,
-        "score": check.score,
-        "source": check.source,
-        "mode": check.mode,
-        "summary": check.summary,
-        "problem": check.problem,
-        "exit_code": check.exit_code,
-        "timed_out": check.timed_out,
-        "duration": check.duration,
-        "output": check.output,
-        "tests": [
-            {"name": t.name, "outcome": t.outcome, "message": t.message} for t in check.tests.all()
-        ],
-    }
+    return check_record(check)
 
 
 def sandbox_out(request, attempt: Attempt, check: CheckResult | None = None) -> dict:

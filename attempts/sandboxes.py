@@ -15,8 +15,7 @@ from datetime import timedelta
 
 from celery.exceptions import TimeoutError as CeleryTimeout
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import Max, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from . import queueing
@@ -33,6 +32,7 @@ from .models import (
     Status,
     Task,
 )
+from .services import numbered_attempt
 from .timeline import Timeline, clip
 
 WORKSPACE = "/workspace"
@@ -115,32 +115,24 @@ def sandbox_create(
 
 def _new_attempt(task: Task, *, user, agent: str, labels: dict, ttl: float, idle: float):
     now = timezone.now()
-    for _ in range(5):
-        try:
-            with transaction.atomic():
-                number = (task.attempts.aggregate(m=Max("number"))["m"] or 0) + 1
-                attempt = Attempt.objects.create(
-                    task=task,
-                    number=number,
-                    agent=agent[:100],
-                    origin="api",
-                    owner=user,
-                    labels=labels,
-                    created_at=now,
-                    expires_at=now + timedelta(seconds=ttl),
-                    idle_timeout=idle,
-                )
-                Timeline(attempt.pk).add(
-                    EventKind.LIFECYCLE,
-                    status="queued",
-                    message=f"sandbox requested through the API by {user.get_username()}",
-                    agent=agent,
-                    labels=labels,
-                )
-                return attempt
-        except IntegrityError:  # two creators took the same number: take the next one
-            continue
-    raise ApiError(503, "infrastructure", f"could not number a new attempt of {task.slug}")
+    attempt = numbered_attempt(
+        task,
+        agent=agent[:100],
+        origin="api",
+        owner=user,
+        labels=labels,
+        created_at=now,
+        expires_at=now + timedelta(seconds=ttl),
+        idle_timeout=idle,
+    )
+    Timeline(attempt.pk).add(
+        EventKind.LIFECYCLE,
+        status="queued",
+        message=f"sandbox requested through the API by {user.get_username()}",
+        agent=agent,
+        labels=labels,
+    )
+    return attempt
 
 
 def wait_live(attempt: Attempt, *, wait: float) -> Attempt:

@@ -66,24 +66,23 @@ def attempts_create(
     return [_create_one(task, choice, queue) for _ in range(count)]
 
 
-def _create_one(task: Task, choice: agents.AgentChoice, queue: str | None) -> Attempt:
-    agent, command, files = choice.label, choice.command, choice.files
+def numbered_attempt(task: Task, **fields) -> Attempt:
+    """A new attempt of `task` with the next number of its own (never one used before)."""
     for _ in range(5):
         try:
             with transaction.atomic():
                 number = (task.attempts.aggregate(m=Max("number"))["m"] or 0) + 1
-                attempt = Attempt.objects.create(
-                    task=task,
-                    number=number,
-                    agent=agent,
-                    agent_command=command,
-                    agent_env=choice.environment,
-                )
-                break
+                return Attempt.objects.create(task=task, number=number, **fields)
         except IntegrityError:  # two creators took the same number: take the next one
             continue
-    else:
-        raise RuntimeError(f"could not number a new attempt of {task.slug}")
+    raise RuntimeError(f"could not number a new attempt of {task.slug}")
+
+
+def _create_one(task: Task, choice: agents.AgentChoice, queue: str | None) -> Attempt:
+    agent, command, files = choice.label, choice.command, choice.files
+    attempt = numbered_attempt(
+        task, agent=agent, agent_command=command, agent_env=choice.environment
+    )
     if files:
         stored = []
         for name, data in files.items():
