@@ -52,3 +52,22 @@ def machine() -> str:
 
     cpu = platform.processor() or platform.machine()
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def create_raw_container(client, task, *, label: str):
+    """The raw baseline's container: docker-py with the same limits Boltz's sandboxes get."""
+    return client.containers.create(
+        task.image_name,
+        ["sleep", "infinity"],
+        user="1000:1000",
+        working_dir="/workspace",
+        network_mode="none",
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        mem_limit=task.memory_bytes,
+        memswap_limit=task.memory_bytes,
+        nano_cpus=int(task.cpus * 1e9),
+        pids_limit=task.pids_limit,
+        init=True,
+        labels={"boltz.bench": label},
+    )

@@ -38,7 +38,7 @@ import time
 import types
 from pathlib import Path
 
-from _setup import ROOT, django_in_scratch, machine
+from _setup import ROOT, create_raw_container, django_in_scratch, machine
 
 REDIS_URL = "redis://127.0.0.1:6379/14"
 EXEC_TARGET_MS = 15.0
@@ -203,22 +203,7 @@ def served(instance: str = "api"):
 def raw_container(env, *, start: bool = True):
     """A container made as bench/sandbox.py's raw path makes it; started with the workspace
     copied in unless `start` is false."""
-    task = env.task
-    container = env.docker.containers.create(
-        task.image_name,
-        ["sleep", "infinity"],
-        user="1000:1000",
-        working_dir="/workspace",
-        network_mode="none",
-        cap_drop=["ALL"],
-        security_opt=["no-new-privileges"],
-        mem_limit=task.memory_bytes,
-        memswap_limit=task.memory_bytes,
-        nano_cpus=int(task.cpus * 1e9),
-        pids_limit=task.pids_limit,
-        init=True,
-        labels={"boltz.bench": env.raw_label},
-    )
+    container = create_raw_container(env.docker, env.task, label=env.raw_label)
     if start:
         container.put_archive("/", env.workspace)
         container.start()

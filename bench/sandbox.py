@@ -20,7 +20,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from _setup import ROOT, django_in_scratch, machine, timed
+from _setup import ROOT, create_raw_container, django_in_scratch, machine, timed
 
 
 def main() -> None:
@@ -65,21 +65,7 @@ def main() -> None:
     patch = task.reference_patch
 
     def raw_container():
-        return client.containers.create(
-            task.image_name,
-            ["sleep", "infinity"],
-            user="1000:1000",
-            working_dir="/workspace",
-            network_mode="none",
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
-            mem_limit=task.memory_bytes,
-            memswap_limit=task.memory_bytes,
-            nano_cpus=int(task.cpus * 1e9),
-            pids_limit=task.pids_limit,
-            init=True,
-            labels={"boltz.bench": "raw"},
-        )
+        return create_raw_container(client, task, label="raw")
 
     def raw_check(container):
         container.put_archive("/", bytes(task.check_files))
