@@ -382,7 +382,7 @@ def get_sandbox(request, sandbox_id: int):
 
 @api.post("/sandboxes/{sandbox_id}/exec", response={200: ExecOut, **ERRORS}, tags=["sandboxes"])
 def exec_command(request, sandbox_id: int, body: ExecIn):
-    attempt = sandbox_for(request.user, sandbox_id)
+    attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
     stdin = base64.b64encode(body.stdin.encode()).decode() if body.stdin else None
     answer = sandboxes.sandbox_exec(
         attempt,
@@ -422,7 +422,7 @@ def _exec_out(request, attempt: Attempt, answer: dict) -> dict:
 
 @api.get("/sandboxes/{sandbox_id}/files", response={200: None, **ERRORS}, tags=["files"])
 def read_file(request, sandbox_id: int, path: str):
-    attempt = sandbox_for(request.user, sandbox_id)
+    attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
     answer = sandboxes.operate(
         attempt, "read", {"path": sandboxes.workspace_path(path)}, timeout=180
     )
@@ -431,7 +431,7 @@ def read_file(request, sandbox_id: int, path: str):
 
 @api.put("/sandboxes/{sandbox_id}/files", response={200: Written, **ERRORS}, tags=["files"])
 def write_file(request, sandbox_id: int, path: str, mode: str = "644"):
-    attempt = sandbox_for(request.user, sandbox_id)
+    attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
     try:
         bits = int(mode, 8)
     except ValueError:
@@ -451,21 +451,21 @@ def write_file(request, sandbox_id: int, path: str, mode: str = "644"):
     "/sandboxes/{sandbox_id}/files/list", response={200: list[FileEntry], **ERRORS}, tags=["files"]
 )
 def list_files(request, sandbox_id: int, path: str = "."):
-    attempt = sandbox_for(request.user, sandbox_id)
+    attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
     args = {"path": sandboxes.workspace_path(path)}
     return sandboxes.operate(attempt, "list", args, timeout=180)["entries"]
 
 
 @api.delete("/sandboxes/{sandbox_id}/files", response={204: None, **ERRORS}, tags=["files"])
 def delete_file(request, sandbox_id: int, path: str):
-    attempt = sandbox_for(request.user, sandbox_id)
+    attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
     sandboxes.operate(attempt, "delete", {"path": sandboxes.workspace_path(path)}, timeout=180)
     return 204, None
 
 
 @api.get("/sandboxes/{sandbox_id}/archive", response={200: None, **ERRORS}, tags=["files"])
 def download_archive(request, sandbox_id: int, path: str = "."):
-    attempt = sandbox_for(request.user, sandbox_id)
+    attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
     args = {"path": sandboxes.workspace_path(path)}
     answer = sandboxes.operate(attempt, "download", args, timeout=300)
     return HttpResponse(base64.b64decode(answer["data"]), content_type="application/x-tar")
@@ -473,7 +473,7 @@ def download_archive(request, sandbox_id: int, path: str = "."):
 
 @api.put("/sandboxes/{sandbox_id}/archive", response={200: Written, **ERRORS}, tags=["files"])
 def upload_archive(request, sandbox_id: int, path: str = "."):
-    attempt = sandbox_for(request.user, sandbox_id)
+    attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
     args = {
         "path": sandboxes.workspace_path(path),
         "data": base64.b64encode(_body(request)).decode(),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import logging
 import time
+from datetime import timedelta
 
 from django.conf import settings
 from django.utils import timezone
@@ -176,8 +177,24 @@ def run_operation(attempt_id: int, op: str, args: dict) -> dict:
         return Refused(410, "gone", "the sandbox was deleted").as_dict()
 
 
+# What an exec or a file operation reads of its sandbox; diff and check load the rest.
+LIVE_FIELDS = (
+    "id",
+    "task",
+    "status",
+    "host",
+    "container_id",
+    "sandbox_state",
+    "sandbox_deleted_at",
+    "close_requested_at",
+    "last_used_at",
+)
+# The sandbox's "last used" (for its idle timeout) is written at most this often.
+LAST_USED_PRECISION = timedelta(seconds=1)
+
+
 def _live_session(attempt_id: int) -> tuple[Attempt, SandboxSession]:
-    attempt = Attempt.objects.select_related("task").filter(pk=attempt_id).first()
+    attempt = Attempt.objects.only(*LIVE_FIELDS).filter(pk=attempt_id).first()
     if attempt is None:
         raise Refused(404, "not_found", f"no sandbox {attempt_id}")
     if attempt.sandbox_deleted_at or attempt.sandbox_state == SandboxState.DELETED:
@@ -186,8 +203,15 @@ def _live_session(attempt_id: int) -> tuple[Attempt, SandboxSession]:
         raise Refused(409, "closed", f"sandbox {attempt_id} is {attempt.status}, not live")
     if attempt.host != settings.BOLTZ_HOST:
         raise Refused(502, "infrastructure", f"sandbox {attempt_id} lives on {attempt.host}")
-    Attempt.objects.filter(pk=attempt.pk).update(last_used_at=timezone.now())
+    now = timezone.now()
+    if attempt.last_used_at is None or now - attempt.last_used_at >= LAST_USED_PRECISION:
+        Attempt.objects.filter(pk=attempt.pk).update(last_used_at=now)
     return attempt, SandboxSession(attempt, Sandbox(attempt.container_id))
+
+
+def _whole(attempt: Attempt) -> Attempt:
+    """The attempt with all its fields and its task (a diff or a check reads them)."""
+    return Attempt.objects.select_related("task").get(pk=attempt.pk)
 
 
 def exec_result(run) -> dict:
@@ -277,6 +301,7 @@ def _record(attempt: Attempt, session: SandboxSession, trees: AttemptTrees) -> N
 
 
 def _diff(attempt, session) -> dict:
+    attempt = _whole(attempt)
     with scratch_folder(attempt) as scratch:
         _record(attempt, session, AttemptTrees(attempt, scratch))
     attempt.refresh_from_db(fields=["diff", "diff_truncated", "diff_bytes"])
@@ -285,6 +310,7 @@ def _diff(attempt, session) -> dict:
 
 def _check(attempt, session) -> dict:
     """The task's check on a clean copy of the changes so far, as the pipeline runs it."""
+    attempt = _whole(attempt)
     with scratch_folder(attempt) as scratch:
         runner = AttemptRunner(attempt, rechecking=True)
         runner.session, runner.trees = session, AttemptTrees(attempt, scratch)

@@ -3,7 +3,8 @@
 Services, views and commands enqueue through these functions (after the transaction commits, so
 no worker sees a row that is not there yet) and never import the tasks module: the web process
 loads neither the runner nor Docker. Work for a live sandbox goes to the queue of the host that
-owns its container.
+owns its container. (An API call on a live sandbox is not a task: it is an operation call,
+opcalls.py.)
 """
 
 from __future__ import annotations
@@ -22,18 +23,12 @@ REMOVE_SANDBOX = "boltz.remove_sandbox"
 REAP_HOST = "boltz.reap_host"
 APPLY_RETENTION = "boltz.apply_retention"
 HOLD_SANDBOX = "boltz.hold_sandbox"
-SANDBOX_OP = "boltz.sandbox_op"
 DELIVER_CALLBACK = "boltz.deliver_callback"
 
 
 def host_queue(host: str) -> str:
     """The queue that only the worker of `host` consumes (operations on its live sandboxes)."""
     return f"{settings.BOLTZ_QUEUE}.host.{host}"
-
-
-def ops_queue(host: str) -> str:
-    """The queue of `host`'s operations worker: API calls on the live sandboxes it owns."""
-    return f"{settings.BOLTZ_QUEUE}.ops.{host}"
 
 
 def callbacks_queue() -> str:
@@ -81,21 +76,6 @@ def enqueue_sandbox(attempt: Attempt) -> None:
         soft_time_limit=budget,
         time_limit=budget * 1.2 + 60,
     )
-
-
-def operation_started(host: str, attempt_id: int, op: str, args: dict):
-    """Send an operation to the worker of `host`; its AsyncResult, to wait on."""
-    return app.send_task(SANDBOX_OP, args=[attempt_id, op, args], queue=ops_queue(host))
-
-
-def operation(host: str, attempt_id: int, op: str, args: dict, *, timeout: float) -> dict:
-    """Run an operation on the worker of `host` and wait for its answer (a dict), at most
-    `timeout` seconds: celery.exceptions.TimeoutError past that."""
-    result = operation_started(host, attempt_id, op, args)
-    try:
-        return result.get(timeout=timeout, interval=0.005)
-    finally:
-        result.forget()
 
 
 def enqueue_callback(attempt_id: int, *, try_number: int = 1, delay: float = 0) -> None:

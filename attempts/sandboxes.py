@@ -1,10 +1,11 @@
 """API sandboxes, as the web process handles them: create, find, operate through the owning
 host's worker, close, delete. Never touches Docker: every operation is sent to the worker of the
-host that owns the container (queueing.operation) with a finite wait.
+host that owns the container (an operation call, opcalls.py) with a finite wait.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import posixpath
 import time
@@ -13,12 +14,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 
-from celery.exceptions import TimeoutError as CeleryTimeout
 from django.conf import settings
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from . import queueing
+from . import opcalls, queueing
 from .deletion import sandbox_delete as sandbox_files_delete
 from .hosts import host_alive
 from .models import (
@@ -59,8 +59,25 @@ def visible_attempts(user) -> QuerySet:
     return attempts if user.is_staff else attempts.filter(owner=user)
 
 
-def sandbox_for(user, sandbox_id: int) -> Attempt:
-    found = visible_attempts(user).filter(pk=sandbox_id, origin="api").first()
+# What sending an operation to a sandbox's worker reads of it (an exec or a file need no more).
+ROUTING_FIELDS = (
+    "id",
+    "origin",
+    "owner",
+    "status",
+    "host",
+    "sandbox_state",
+    "sandbox_deleted_at",
+    "close_requested_at",
+)
+
+
+def sandbox_for(user, sandbox_id: int, *, routing_only: bool = False) -> Attempt:
+    """The user's sandbox, or ApiError 404; `routing_only` loads only ROUTING_FIELDS."""
+    found = visible_attempts(user)
+    if routing_only:
+        found = found.select_related(None).only(*ROUTING_FIELDS)
+    found = found.filter(pk=sandbox_id, origin="api").first()
     if found is None:
         raise ApiError(404, "not_found", f"no sandbox {sandbox_id}")
     return found
@@ -192,47 +209,58 @@ def _answer(answer: dict) -> dict:
 def operate(attempt: Attempt, op: str, args: dict, *, timeout: float) -> dict:
     """Run an operation on the sandbox's worker; its answer, or ApiError."""
     _ready(attempt)
-    try:
-        answer = queueing.operation(attempt.host, attempt.pk, op, args, timeout=timeout)
-    except CeleryTimeout:
-        raise ApiError(504, "timeout", f"the {op} did not answer within {timeout:g}s") from None
+    with _channel(op, timeout):
+        answer = opcalls.call(attempt.host, attempt.pk, op, args, timeout=timeout)
     return _answer(answer)
+
+
+@contextlib.contextmanager
+def _channel(op: str, timeout: float):
+    """Say a call that went unanswered or could not be sent as the API does."""
+    try:
+        yield
+    except opcalls.CallTimeout:
+        raise ApiError(504, "timeout", f"the {op} did not answer within {timeout:g}s") from None
+    except opcalls.ChannelDown as exc:
+        raise ApiError(503, "infrastructure", f"infrastructure error: {exc}") from None
 
 
 def exec_stream(attempt: Attempt, args: dict, *, timeout: float) -> Iterator[dict]:
     """An exec whose output comes as it is made: {"stream", "text"} items read from the
     timeline (the worker writes them there as the command runs), then {"result": ...}."""
     _ready(attempt)
-    started = queueing.operation_started(attempt.host, attempt.pk, "exec", args)
+    with _channel("exec", timeout):
+        started = opcalls.send(attempt.host, attempt.pk, "exec", args, timeout=timeout)
     deadline = time.monotonic() + timeout
     number, after = None, 0
-    try:
-        while True:
-            done = started.ready()
-            if number is None:
-                start = Event.objects.filter(
-                    attempt_id=attempt.pk, kind=EventKind.EXEC, data__request=args["request"]
-                ).first()
-                if start is not None:
-                    number, after = start.data["exec"], start.seq
-            if number is not None:
-                for event in Event.objects.filter(
-                    attempt_id=attempt.pk, kind=EventKind.OUTPUT, seq__gt=after, data__exec=number
-                ).order_by("seq"):
-                    after = event.seq
-                    yield {"stream": event.data["stream"], "text": event.data["text"]}
-            if done:
-                try:
-                    yield {"result": _answer(started.get(timeout=5))}
-                except ApiError as exc:
-                    yield {"error": {"detail": exc.detail, "code": exc.code}}
-                return
-            if time.monotonic() > deadline:
-                yield {"error": {"detail": f"no answer within {timeout:g}s", "code": "timeout"}}
-                return
-            time.sleep(0.1)
-    finally:
-        started.forget()
+    while True:
+        try:
+            done = started.done()
+        except opcalls.ChannelDown as exc:
+            yield {"error": {"detail": f"infrastructure error: {exc}", "code": "infrastructure"}}
+            return
+        if number is None:
+            start = Event.objects.filter(
+                attempt_id=attempt.pk, kind=EventKind.EXEC, data__request=args["request"]
+            ).first()
+            if start is not None:
+                number, after = start.data["exec"], start.seq
+        if number is not None:
+            for event in Event.objects.filter(
+                attempt_id=attempt.pk, kind=EventKind.OUTPUT, seq__gt=after, data__exec=number
+            ).order_by("seq"):
+                after = event.seq
+                yield {"stream": event.data["stream"], "text": event.data["text"]}
+        if done:
+            try:
+                yield {"result": _answer(started.get(timeout=0))}
+            except ApiError as exc:
+                yield {"error": {"detail": exc.detail, "code": exc.code}}
+            return
+        if time.monotonic() > deadline:
+            yield {"error": {"detail": f"no answer within {timeout:g}s", "code": "timeout"}}
+            return
+        time.sleep(0.1)
 
 
 def sandbox_exec(

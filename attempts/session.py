@@ -125,13 +125,14 @@ class SandboxSession:
         /bin/sh; a list is argv. `request` tags the events (an API call waiting on them)."""
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else command
         shown = display or (command if isinstance(command, str) else shlex.join(command))
-        number = next_exec_number(self.attempt.pk)
-        base = {"step": step, "exec": number, "command": clip(shown)}
-        if request:
-            base["request"] = request
-        if workdir != "/workspace":
-            base["cwd"] = workdir
-        self.timeline.add(EventKind.EXEC, actor=actor, phase="start", timeout=timeout, **base)
+        with transaction.atomic():  # its number and its start: one write
+            number = next_exec_number(self.attempt.pk)
+            base = {"step": step, "exec": number, "command": clip(shown)}
+            if request:
+                base["request"] = request
+            if workdir != "/workspace":
+                base["cwd"] = workdir
+            self.timeline.add(EventKind.EXEC, actor=actor, phase="start", timeout=timeout, **base)
         head = settings.BOLTZ_OUTPUT_HEAD_BYTES if head_limit is None else head_limit
         tail = settings.BOLTZ_OUTPUT_TAIL_BYTES if tail_limit is None else tail_limit
         with tempfile.TemporaryFile() as raw_out, tempfile.TemporaryFile() as raw_err:

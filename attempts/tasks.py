@@ -7,10 +7,10 @@ import threading
 import time
 
 from celery import shared_task
-from celery.signals import worker_ready
+from celery.signals import worker_ready, worker_shutting_down
 from django.conf import settings
 
-from . import queueing, reaper, runner
+from . import opcalls, queueing, reaper, runner
 from .errors import DockerUnavailable
 from .hosts import known_hosts
 from .models import Attempt, SandboxState
@@ -79,14 +79,6 @@ def hold_sandbox_task(attempt_id: int) -> None:
     hold_sandbox(attempt_id, host=settings.BOLTZ_HOST)
 
 
-@shared_task(name=queueing.SANDBOX_OP, ignore_result=False)
-def sandbox_op_task(attempt_id: int, op: str, args: dict) -> dict:
-    """One API operation on a live sandbox of this host; the web process waits for the answer."""
-    from .operations import run_operation
-
-    return run_operation(attempt_id, op, args)
-
-
 HEARTBEAT_SECONDS = 2
 
 
@@ -106,12 +98,29 @@ def _heartbeat() -> None:
         time.sleep(HEARTBEAT_SECONDS)
 
 
+_opcalls: opcalls.Server | None = None
+
+
 @worker_ready.connect
-def start_heartbeat(sender=None, **kwargs) -> None:
-    """The operations worker says every few seconds that its host is alive: an API call on a
-    sandbox whose host went quiet fails at once instead of waiting."""
+def start_operations(sender=None, **kwargs) -> None:
+    """The operations worker serves the API's calls on this host's live sandboxes (threads of
+    its own, beside Celery's) and says every few seconds that its host is alive: an API call on
+    a sandbox whose host went quiet fails at once instead of waiting."""
+    global _opcalls
     if sender is not None and str(getattr(sender, "hostname", "")).startswith("ops-"):
+        from .operations import run_operation
+
+        _opcalls = opcalls.Server(
+            settings.BOLTZ_HOST, run_operation, settings.BOLTZ_OPS_CONCURRENCY
+        ).start()
         threading.Thread(target=_heartbeat, name="boltz-heartbeat", daemon=True).start()
+
+
+@worker_shutting_down.connect
+def stop_operations(sender=None, **kwargs) -> None:
+    """A warm shutdown lets the calls being done finish (30 s at most)."""
+    if _opcalls is not None:
+        _opcalls.stop()
 
 
 @shared_task(name=queueing.DELIVER_CALLBACK)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from datetime import timedelta
 
 from django.utils import timezone
 
 from .models import ApiToken
 
 PREFIX = "bz_"
+# A token's "last used" is written at most once a minute: not a database write per request.
+LAST_USED_PRECISION = timedelta(minutes=1)
 
 
 def _hash(token: str) -> str:
@@ -41,7 +44,9 @@ def token_user(token: str):
     )
     if row is None or not row.user.is_active:
         return None
-    ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
+    now = timezone.now()
+    if row.last_used_at is None or now - row.last_used_at >= LAST_USED_PRECISION:
+        ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
     return row.user
 
 

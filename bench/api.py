@@ -1,7 +1,7 @@
 """Boltz through its HTTP API and Python SDK against the same container work in plain Docker
 SDK (docker-py) calls, in the same run.
 
-    .venv/bin/python bench/api.py [-n 30] [--creates 10] [--write docs/PERFORMANCE.md]
+    .venv/bin/python bench/api.py [-n 100] [--creates 10] [--write docs/PERFORMANCE.md]
 
 It starts what it needs itself, on 127.0.0.1 only, in a scratch data folder: the database
 (migrated), the fix-add example task, a user and an API token, a worker (`manage.py
@@ -212,7 +212,7 @@ def raw_container(env, *, start: bool = True):
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("-n", type=int, default=30, help="rounds of exec and file operations")
+    parser.add_argument("-n", type=int, default=100, help="rounds of exec and file operations")
     parser.add_argument("--creates", type=int, default=10, help="rounds of create to first exec")
     parser.add_argument("--write")
     args = parser.parse_args()

@@ -87,6 +87,9 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": _sqlite_path,
+            # A kept-alive API client's requests (one server thread) and each operations thread
+            # reuse their connection instead of opening one per request.
+            "CONN_MAX_AGE": 60,
             # The web process, the CLI and workers write to one file: WAL lets readers go on
             # while a writer writes, IMMEDIATE takes the write lock up front (no upgrade
             # deadlocks), and the timeout waits for it instead of failing at once.
@@ -116,11 +119,10 @@ LOGGING = {
 }
 
 # --- Celery ----------------------------------------------------------------------------------
-CELERY_BROKER_URL = env_str("BOLTZ_REDIS_URL", "redis://127.0.0.1:6379/0")
-# Results are kept only for the API's operations on live sandboxes (the web process waits on
-# them); every other task ignores its result.
-CELERY_RESULT_BACKEND = env_str("BOLTZ_REDIS_URL", "redis://127.0.0.1:6379/0")
-CELERY_RESULT_EXPIRES = 3600
+# Celery's broker, and the channel of the API's operation calls (attempts/opcalls.py).
+BOLTZ_REDIS_URL = env_str("BOLTZ_REDIS_URL", "redis://127.0.0.1:6379/0")
+CELERY_BROKER_URL = BOLTZ_REDIS_URL
+# No task's result is kept: the API's operations on live sandboxes answer through opcalls.
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = False  # a lost worker's attempt is marked by the reaper

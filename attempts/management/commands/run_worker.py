@@ -6,7 +6,8 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from attempts.queueing import callbacks_queue, host_queue, ops_queue
+from attempts.opcalls import requests_key
+from attempts.queueing import callbacks_queue, host_queue
 
 
 class Command(BaseCommand):
@@ -14,8 +15,8 @@ class Command(BaseCommand):
         "Start this Docker host's workers: one consumes the shared attempts queue with "
         "BOLTZ_MAX_SANDBOXES processes (the host's capacity); a second, of one process, "
         "consumes the host's own queue (deletes, re-checks, the reaper), so those never wait "
-        "behind running attempts; a third, of BOLTZ_OPS_CONCURRENCY threads, serves API calls "
-        "on the host's live sandboxes. Stopping this command stops them all."
+        "behind running attempts; a third serves API calls on the host's live sandboxes with "
+        "BOLTZ_OPS_CONCURRENCY threads, and callbacks. Stopping this command stops them all."
     )
 
     def add_arguments(self, parser):
@@ -47,23 +48,25 @@ class Command(BaseCommand):
                 f"attempts-{os.getpid()}@{host}",
             ],
             "host": [*base, "-Q", host_queue(host), "-c", "1", "-n", f"host-{os.getpid()}@{host}"],
-            # API calls on live sandboxes: threads, so one slow exec holds up no other call.
+            # API calls on live sandboxes (BOLTZ_OPS_CONCURRENCY threads of its own, so one
+            # slow exec holds up no other call), the host's heartbeat, and callbacks.
             "ops": [
                 *base,
                 "-Q",
-                f"{ops_queue(host)},{callbacks_queue()}",
+                callbacks_queue(),
                 "-P",
                 "threads",
                 "-c",
-                str(settings.BOLTZ_OPS_CONCURRENCY),
+                "2",
                 "-n",
                 f"ops-{os.getpid()}@{host}",
             ],
         }
         self.stdout.write(
             f"workers for host {host}: queue {settings.BOLTZ_QUEUE} with capacity "
-            f"{capacity}; queue {host_queue(host)} for host operations; queue "
-            f"{ops_queue(host)} for API calls on its live sandboxes"
+            f"{capacity}; queue {host_queue(host)} for host operations; "
+            f"{settings.BOLTZ_OPS_CONCURRENCY} threads on {requests_key(host)} for API calls on "
+            "its live sandboxes"
         )
         self.stdout.flush()
         children = [subprocess.Popen(argv) for argv in workers.values()]

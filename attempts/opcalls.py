@@ -1,0 +1,242 @@
+"""Operation calls: the web process asks the worker of the host that owns a live sandbox to do
+one operation (exec, a file, diff, check, a pool step) and waits for the answer.
+
+A call is a request/answer pair in Redis, not a Celery task: the caller is always waiting with
+a deadline, so nothing needs to survive a restart, and Celery's publish, result store and
+result subscription cost more than the operation they carry (about 4 ms of a 5 ms round trip).
+
+- The caller pushes {id, attempt, op, args, reply, deadline} onto the host's request list and
+  blocks on its own reply list, at most until the deadline.
+- The host's operations worker runs `BOLTZ_OPS_CONCURRENCY` server threads; each pops a
+  request, skips it if its caller has already given up, does it and pushes the answer onto
+  the reply list, which expires soon after: an answer nobody waits for does not stay.
+- Several calls can be waited on together (`first_done`): a pool step fans out to many
+  sandboxes and collects the answers in the order they come.
+
+Imported by the web process: it must not import Docker or the runner (the worker hands
+`serve` the function that does the operations).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+
+import redis
+from django.conf import settings
+from django.db import connections
+
+log = logging.getLogger(__name__)
+
+# Blocking reads are cut into slices this long, so a socket timeout never cuts one short and a
+# stopping server notices within a slice.
+SLICE_SECONDS = 2.0
+REPLY_TTL_SECONDS = 120
+REQUESTS_TTL_SECONDS = 3600  # a dead host's unread requests go after an hour
+
+
+class CallTimeout(Exception):
+    """The worker did not answer within the caller's time."""
+
+
+class ChannelDown(Exception):
+    """Redis could not be reached to send a call or read its answer."""
+
+
+_redis: redis.Redis | None = None
+_redis_lock = threading.Lock()
+
+
+def _client() -> redis.Redis:
+    global _redis
+    with _redis_lock:
+        if _redis is None:
+            _redis = redis.Redis.from_url(
+                settings.BOLTZ_REDIS_URL,
+                socket_timeout=SLICE_SECONDS + 10,
+                socket_connect_timeout=5,
+                health_check_interval=30,
+            )
+        return _redis
+
+
+def requests_key(host: str) -> str:
+    return f"{settings.BOLTZ_QUEUE}.opcalls.{host}"
+
+
+class Call:
+    """One operation sent to a host; `get` waits for its answer (a dict)."""
+
+    def __init__(self, reply: str, deadline: float):
+        self.reply = reply
+        self.deadline = deadline  # time.time() past which the worker will not start it
+        self._answer: dict | None = None
+
+    def done(self) -> bool:
+        """Has the answer come? (Never blocks.)"""
+        if self._answer is None:
+            try:
+                raw = _client().lpop(self.reply)
+            except redis.RedisError as exc:
+                raise ChannelDown(f"Redis: {exc}") from exc
+            if raw is not None:
+                self._answer = json.loads(raw)
+        return self._answer is not None
+
+    def get(self, timeout: float) -> dict:
+        """The answer; CallTimeout if none comes within `timeout` seconds."""
+        if self._answer is None:
+            done = first_done([self], timeout)
+            if done is None:
+                raise CallTimeout(f"no answer within {timeout:g}s")
+        return self._answer
+
+
+def send(host: str, attempt_id: int, op: str, args: dict, *, timeout: float) -> Call:
+    """Send an operation to the worker of `host`; the worker starts it only within `timeout`
+    seconds from now (after that its caller has given up)."""
+    call_id = uuid.uuid4().hex
+    reply = f"{settings.BOLTZ_QUEUE}.opreply.{call_id}"
+    deadline = time.time() + timeout
+    message = json.dumps(
+        {
+            "id": call_id,
+            "attempt": attempt_id,
+            "op": op,
+            "args": args,
+            "reply": reply,
+            "deadline": deadline,
+        }
+    )
+    key = requests_key(host)
+    try:
+        pipe = _client().pipeline(transaction=False)
+        pipe.lpush(key, message)
+        pipe.expire(key, REQUESTS_TTL_SECONDS)
+        pipe.execute()
+    except redis.RedisError as exc:
+        raise ChannelDown(f"Redis: {exc}") from exc
+    return Call(reply, deadline)
+
+
+def call(host: str, attempt_id: int, op: str, args: dict, *, timeout: float) -> dict:
+    """Run an operation on the worker of `host` and wait for its answer, at most `timeout`
+    seconds (CallTimeout past that)."""
+    return send(host, attempt_id, op, args, timeout=timeout).get(timeout)
+
+
+def first_done(calls: Iterable[Call], timeout: float) -> Call | None:
+    """The first of `calls` to have its answer, waiting at most `timeout` seconds; None if
+    none answered in time. A call already answered is returned at once."""
+    calls = list(calls)
+    for c in calls:
+        if c._answer is not None:
+            return c
+    by_reply = {c.reply: c for c in calls}
+    end = time.monotonic() + max(timeout, 0.0)
+    while True:
+        left = end - time.monotonic()
+        # BLPOP's 0 means "forever": never send it; a finished wait makes one last quick look.
+        wait = min(max(left, 0.001), SLICE_SECONDS)
+        try:
+            got = _client().blpop(list(by_reply), timeout=wait)
+        except redis.RedisError as exc:
+            raise ChannelDown(f"Redis: {exc}") from exc
+        if got is not None:
+            done = by_reply[got[0].decode()]
+            done._answer = json.loads(got[1])
+            return done
+        if left <= 0:
+            return None
+
+
+# --- the worker's side -------------------------------------------------------------------------
+Handler = Callable[[int, str, dict], dict]
+
+
+class Server:
+    """Threads that serve a host's operation calls with `handler(attempt_id, op, args)`."""
+
+    def __init__(self, host: str, handler: Handler, threads: int):
+        self.host, self.handler, self.count = host, handler, threads
+        self.stopping = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> Server:
+        for i in range(self.count):
+            thread = threading.Thread(target=self._serve, name=f"boltz-opcalls-{i}", daemon=True)
+            thread.start()
+            self.threads.append(thread)
+        log.info("serving operation calls for host %s with %d threads", self.host, self.count)
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Take no new call; wait up to `timeout` seconds for the ones being done."""
+        self.stopping.set()
+        end = time.monotonic() + timeout
+        for thread in self.threads:
+            thread.join(max(0.0, end - time.monotonic()))
+
+    def _serve(self) -> None:
+        key = requests_key(self.host)
+        while not self.stopping.is_set():
+            try:
+                got = _client().brpop([key], timeout=SLICE_SECONDS)
+            except redis.RedisError:
+                log.exception("reading operation calls of host %s failed", self.host)
+                self.stopping.wait(1.0)
+                continue
+            if got is not None:
+                self.answer(json.loads(got[1]))
+
+    def answer(self, request: dict) -> None:
+        if time.time() > request["deadline"]:
+            log.warning(
+                "skipped %s on sandbox %s: its caller gave up", request["op"], request["attempt"]
+            )
+            return
+        try:
+            answer = self.handler(request["attempt"], request["op"], request["args"])
+        except Exception as exc:  # noqa: BLE001 - the caller gets an answer, whatever happens
+            log.exception("operation %s on sandbox %s crashed", request["op"], request["attempt"])
+            answer = {
+                "error": {
+                    "status": 500,
+                    "code": "internal",
+                    "detail": f"internal error in Boltz: {exc!r}",
+                }
+            }
+        finally:
+            _keep_or_drop_connections()
+        try:
+            pipe = _client().pipeline(transaction=False)
+            pipe.rpush(request["reply"], json.dumps(answer))
+            pipe.expire(request["reply"], REPLY_TTL_SECONDS)
+            pipe.execute()
+        except redis.RedisError:
+            log.exception("answering %s on sandbox %s failed", request["op"], request["attempt"])
+
+
+def _keep_or_drop_connections() -> None:
+    """A server thread keeps its database connection from call to call (opening one costs more
+    than most calls), unless it broke or is older than CONN_MAX_AGE allows (when that is set)."""
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None:
+            continue
+        if conn.in_atomic_block:
+            conn.close()  # a call left a transaction open: never carry it to the next
+        elif conn.errors_occurred:
+            if conn.is_usable():
+                conn.errors_occurred = False
+            else:
+                conn.close()
+        elif (
+            conn.close_at is not None
+            and conn.settings_dict["CONN_MAX_AGE"]
+            and time.monotonic() >= conn.close_at
+        ):
+            conn.close()
