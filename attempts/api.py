@@ -16,6 +16,8 @@ from ninja.errors import HttpError, ValidationError
 from ninja.security import HttpBearer
 
 from . import sandboxes, services
+from .api_errors import ERRORS, Error
+from .api_pools import router as pools_router
 from .bundle import check_record
 from .callbacks import attempt_payload
 from .diffview import split_files
@@ -41,6 +43,7 @@ api = NinjaAPI(
     auth=TokenAuth(),
     urls_namespace="api",
 )
+api.add_router("/pools", pools_router)
 
 
 @api.exception_handler(ApiError)
@@ -88,11 +91,6 @@ def task_invalid(request, exc: TaskInvalid):
 
 
 # --- schemas ------------------------------------------------------------------------------------
-class Error(Schema):
-    detail: str
-    code: str
-
-
 class TaskOut(Schema):
     slug: str
     title: str
@@ -271,9 +269,6 @@ def sandbox_out(request, attempt: Attempt, check: CheckResult | None = None) -> 
 
 def attempt_out(request, attempt: Attempt) -> dict:
     return attempt_payload(attempt, base_url=request.build_absolute_uri("/").rstrip("/"))
-
-
-ERRORS = {400: Error, 404: Error, 409: Error, 410: Error, 413: Error, 502: Error, 504: Error}
 
 
 # --- tasks and attempts ---------------------------------------------------------------------------

@@ -231,6 +231,23 @@ class Attempt(models.Model):
         default=0, help_text="Commands run so far: every exec takes the next number."
     )
     timings = models.JSONField(default=dict, blank=True, help_text="Seconds per stage.")
+    # An episode of a pool's environment: which pool and environment, its steps, how it ended.
+    pool = models.ForeignKey(
+        "Pool", null=True, blank=True, on_delete=models.SET_NULL, related_name="episodes"
+    )
+    pool_index = models.PositiveIntegerField(null=True, blank=True)
+    episode_steps = models.PositiveIntegerField(default=0)
+    episode_end = models.CharField(
+        max_length=16,
+        blank=True,
+        choices=[
+            ("", "running"),
+            ("terminated", "terminated (submitted)"),
+            ("truncated", "truncated (step or time budget)"),
+            ("failed", "failed (infrastructure)"),
+            ("reset", "reset before it ended"),
+        ],
+    )
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -343,6 +360,11 @@ class CheckResult(models.Model):
     def __str__(self) -> str:
         return f"check of {self.attempt_id}: {'passed' if self.passed else 'failed'}"
 
+    @property
+    def as_reward(self) -> float:
+        """What the check is worth as a reward: its score, or 1.0 / 0.0 when it gave none."""
+        return float(self.score) if self.score is not None else (1.0 if self.passed else 0.0)
+
 
 class TestOutcome(models.Model):
     """One test's result within a check (from JUnit XML)."""
@@ -429,6 +451,47 @@ class Agent(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Pool(models.Model):
+    """Environments a training loop steps together, one action each per step. Each episode of
+    each environment is an API sandbox (an Attempt with `pool` and `pool_index`)."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="pools",
+    )
+    name = models.CharField(max_length=100, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    agent = models.CharField(max_length=100, blank=True, help_text="The policy's name.")
+    tasks = models.JSONField(default=list, help_text="The task (slug) of each environment.")
+    size = models.PositiveIntegerField()
+    max_steps = models.PositiveIntegerField(help_text="Steps an episode may take.")
+    episode_seconds = models.FloatField(help_text="Seconds an episode may last.")
+    created_at = models.DateTimeField(default=timezone.now)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    steps = models.PositiveBigIntegerField(default=0, help_text="Environment steps taken.")
+    masked = models.PositiveBigIntegerField(
+        default=0, help_text="Steps whose result was masked (infrastructure failure)."
+    )
+    rewards = models.PositiveBigIntegerField(default=0, help_text="Rewards given (submits).")
+    reward_sum = models.FloatField(default=0.0)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"pool {self.pk}" + (f" ({self.name})" if self.name else "")
+
+    def get_absolute_url(self) -> str:
+        return reverse("attempts:pool", args=[self.pk])
+
+    @property
+    def mean_reward(self) -> float | None:
+        return self.reward_sum / self.rewards if self.rewards else None
 
 
 class ApiToken(models.Model):

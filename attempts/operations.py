@@ -15,13 +15,16 @@ import time
 from datetime import timedelta
 
 from django.conf import settings
+from django.db.models import F
 from django.utils import timezone
 
 from . import session as files
+from .bundle import check_record
 from .changes import ChangesUnavailable
+from .episodes import end_episode
 from .errors import AttemptGone, InfrastructureError, SandboxGone
 from .heartbeat import beating
-from .models import Actor, Attempt, EventKind, Outcome, SandboxState, Status
+from .models import Actor, Attempt, CheckResult, EventKind, Outcome, SandboxState, Status
 from .runner import AttemptRunner, claim, scratch_folder, verdict_of
 from .sandbox.runtime import Sandbox
 from .session import FileOpError, SandboxSession, update_attempt
@@ -309,14 +312,117 @@ def _diff(attempt, session) -> dict:
 
 
 def _check(attempt, session) -> dict:
+    return {"check": _checked(attempt, session).pk}
+
+
+def _checked(attempt, session) -> CheckResult:
     """The task's check on a clean copy of the changes so far, as the pipeline runs it."""
     attempt = _whole(attempt)
     with scratch_folder(attempt) as scratch:
         runner = AttemptRunner(attempt, rechecking=True)
         runner.session, runner.trees = session, AttemptTrees(attempt, scratch)
         _record(attempt, session, runner.trees)
-        result = runner.check()  # in place: the sandbox is halted and started again first
-    return {"check": result.pk}
+        return runner.check()  # in place: the sandbox is halted and started again first
+
+
+# --- a pool environment's step -------------------------------------------------------------------
+PATCH_TIMEOUT = 60.0
+
+
+def _step(attempt, session, *, action: dict, max_steps: int, episode_deadline: float) -> dict:
+    """One action of a pool's environment, its parts in order: write files, apply a patch,
+    run a command, submit (the check: its score is the reward and the episode terminates).
+    A part that fails as the agent's own doing (a write refused, a patch that does not apply)
+    stops the action there and is the observation; an infrastructure failure raises."""
+    number = _take_step(attempt)
+    began = time.monotonic()
+    observation: dict = {}
+    reward, terminated, truncated = 0.0, False, False
+    session.timeline.add(
+        EventKind.MESSAGE,
+        actor=Actor.AGENT,
+        role="step",
+        content=f"step {number}: "
+        + ", ".join(k for k in ("write", "patch", "run", "submit") if k in action),
+    )
+    left = episode_deadline - time.time()
+    if left <= 0:
+        observation["error"] = "the episode's time ran out before this step"
+        truncated = True
+    else:
+        stopped = _write_and_patch(session, action, observation)
+        if not stopped and "run" in action:
+            run_timeout = min(action.get("timeout", DEFAULT_EXEC_TIMEOUT), max(left, 1.0))
+            observation.update(_exec(attempt, session, command=action["run"], timeout=run_timeout))
+        if not stopped and action.get("submit"):
+            result = _checked(attempt, session)
+            observation["check"] = check_record(result)
+            reward, terminated = result.as_reward, True
+    if not terminated and (number >= max_steps or time.time() >= episode_deadline):
+        truncated = True
+    if terminated or truncated:
+        end_episode(attempt.pk, "terminated" if terminated else "truncated")
+    return {
+        "step": number,
+        "observation": observation,
+        "reward": reward,
+        "terminated": terminated,
+        "truncated": truncated,
+        "info": {
+            "episode": attempt.pk,
+            "masked": False,
+            "duration": round(time.monotonic() - began, 3),
+        },
+    }
+
+
+def _take_step(attempt) -> int:
+    """The episode's next step number; Refused when the episode has ended."""
+    taken = Attempt.objects.filter(pk=attempt.pk, episode_end="").update(
+        episode_steps=F("episode_steps") + 1
+    )
+    row = Attempt.objects.filter(pk=attempt.pk).values("episode_steps", "episode_end").first()
+    if not taken or row is None:
+        how = row["episode_end"] if row else "deleted"
+        raise Refused(409, "finished", f"the episode ended ({how}): reset the environment")
+    return row["episode_steps"]
+
+
+def _write_and_patch(session, action: dict, observation: dict) -> bool:
+    """The action's writes and patch; True when one failed (the rest of the action is not
+    done), with why in the observation."""
+    written = []
+    for path, text in action.get("write", {}).items():
+        try:
+            files.write_file(session, path, text.encode("utf-8", errors="surrogateescape"))
+        except FileOpError as exc:
+            observation.update(written=written, write_error=exc.message)
+            return True
+        written.append(path)
+    if written:
+        observation["written"] = written
+    if "patch" in action:
+        staged = f"/tmp/.boltz-patch-{time.monotonic_ns()}"
+        session.sandbox.put_archive(
+            "/", files.files_tar({staged.lstrip("/"): action["patch"].encode()}, mode=0o600)
+        )
+        run = session.exec(
+            "apply",
+            [
+                "/bin/sh",
+                "-c",
+                'git apply --whitespace=nowarn "$0"; s=$?; rm -f "$0"; exit $s',
+                staged,
+            ],
+            timeout=PATCH_TIMEOUT,
+            actor=Actor.AGENT,
+            display="git apply (the step's patch)",
+        )
+        applied = run.result.exit_code == 0
+        observation["patch"] = {"applied": applied, "output": run.text()}
+        if not applied:
+            return True
+    return False
 
 
 OPERATIONS = {
@@ -329,4 +435,5 @@ OPERATIONS = {
     "upload": _upload,
     "diff": _diff,
     "check": _check,
+    "step": _step,
 }

@@ -123,14 +123,17 @@ def sandbox_create(
     idle = float(idle_timeout or settings.BOLTZ_SANDBOX_IDLE_TIMEOUT)
     if ttl <= 0 or idle <= 0 or not math.isfinite(ttl + idle):
         raise ApiError(400, "invalid", "ttl and idle_timeout: give positive numbers of seconds")
-    attempt = _new_attempt(
+    attempt = sandbox_attempt(
         found, user=user, agent=agent or "api", labels=labels, ttl=ttl, idle=idle
     )
     queueing.enqueue_sandbox(attempt)
     return wait_live(attempt, wait=wait)
 
 
-def _new_attempt(task: Task, *, user, agent: str, labels: dict, ttl: float, idle: float):
+def sandbox_attempt(
+    task: Task, *, user, agent: str, labels: dict, ttl: float, idle: float, **fields
+):
+    """A new API sandbox's attempt, queued (not yet sent to a worker)."""
     now = timezone.now()
     attempt = numbered_attempt(
         task,
@@ -141,6 +144,7 @@ def _new_attempt(task: Task, *, user, agent: str, labels: dict, ttl: float, idle
         created_at=now,
         expires_at=now + timedelta(seconds=ttl),
         idle_timeout=idle,
+        **fields,
     )
     Timeline(attempt.pk).add(
         EventKind.LIFECYCLE,
@@ -153,38 +157,79 @@ def _new_attempt(task: Task, *, user, agent: str, labels: dict, ttl: float, idle
 
 
 def wait_live(attempt: Attempt, *, wait: float) -> Attempt:
-    deadline = time.monotonic() + max(0.0, min(wait, 600.0))
-    while True:
-        attempt.refresh_from_db()
-        if attempt.status == Status.RUNNING:
-            return attempt
-        if attempt.status in DONE_STATUSES:
-            raise ApiError(
-                502, "infrastructure", f"the sandbox could not start: {attempt.failure_reason}"
-            )
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(0.01)
-    if attempt.status != Status.QUEUED:  # started meanwhile, still setting up: give it time
-        return wait_live(attempt, wait=60.0) if wait > 0 else attempt
-    gave_up = Attempt.objects.filter(pk=attempt.pk, status=Status.QUEUED).update(
+    """The sandbox once it is live; ApiError if it could not start, or 429 when no host had
+    room within `wait` seconds (it is then cancelled, never left queued)."""
+    got = wait_live_all([attempt], wait=wait)[attempt.pk]
+    if isinstance(got, ApiError):
+        raise got
+    return got
+
+
+def wait_live_all(attempts: list[Attempt], *, wait: float) -> dict[int, Attempt | ApiError]:
+    """Wait for several sandboxes at once: for each, the live Attempt or the ApiError that says
+    why not (as `wait_live`)."""
+    wait = max(0.0, min(wait, 600.0))
+    pending = {a.pk for a in attempts}
+    got: dict[int, Attempt | ApiError] = {}
+    deadline = time.monotonic() + wait
+    setting_up_until: float | None = None  # started before the deadline: given 60 s more
+    while pending:
+        rows = Attempt.objects.filter(pk__in=pending).values_list("pk", "status", "failure_reason")
+        seen = set()
+        for pk, status, reason in rows:
+            seen.add(pk)
+            if status == Status.RUNNING:
+                got[pk] = None  # loaded whole below
+                pending.discard(pk)
+            elif status in DONE_STATUSES:
+                got[pk] = ApiError(502, "infrastructure", f"the sandbox could not start: {reason}")
+                pending.discard(pk)
+        for pk in pending - seen:  # deleted meanwhile
+            got[pk] = ApiError(410, "gone", f"sandbox {pk} was deleted")
+            pending.discard(pk)
+        now = time.monotonic()
+        if pending and now >= deadline:
+            for pk in list(pending):
+                if _give_up_queued(pk, wait):
+                    got[pk] = ApiError(
+                        429,
+                        "capacity",
+                        f"every host is at capacity; no sandbox was free within {wait:g}s: "
+                        "retry later or wait longer",
+                        retry_after=10,
+                    )
+                    pending.discard(pk)
+            if setting_up_until is None:
+                setting_up_until = now + 60.0
+            elif now >= setting_up_until:
+                for pk in pending:
+                    got[pk] = ApiError(
+                        504, "timeout", f"sandbox {pk} started but was not live within 60s more"
+                    )
+                pending.clear()
+        if pending:
+            time.sleep(0.01)
+    live = [pk for pk, value in got.items() if value is None]
+    for attempt in Attempt.objects.select_related("task").filter(pk__in=live):
+        got[attempt.pk] = attempt
+    for pk in live:
+        if got[pk] is None:
+            got[pk] = ApiError(410, "gone", f"sandbox {pk} was deleted")
+    return got
+
+
+def _give_up_queued(pk: int, wait: float) -> bool:
+    """Cancel a sandbox still queued (compare-and-set: one that started meanwhile goes on)."""
+    reason = f"no host had room within {wait:g}s"
+    gave_up = Attempt.objects.filter(pk=pk, status=Status.QUEUED).update(
         status=Status.CANCELLED,
         outcome=Outcome.CANCELLED,
         finished_at=timezone.now(),
-        failure_reason=f"no host had room within {wait:g}s",
+        failure_reason=reason,
     )
-    if not gave_up:
-        return wait_live(attempt, wait=60.0)
-    Timeline(attempt.pk).add(
-        EventKind.LIFECYCLE, status="cancelled", message=f"no host had room within {wait:g}s"
-    )
-    raise ApiError(
-        429,
-        "capacity",
-        f"every host is at capacity; no sandbox was free within {wait:g}s: retry later or "
-        "wait longer",
-        retry_after=10,
-    )
+    if gave_up:
+        Timeline(pk).add(EventKind.LIFECYCLE, status="cancelled", message=reason)
+    return bool(gave_up)
 
 
 def _ready(attempt: Attempt) -> None:

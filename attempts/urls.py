@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import actions, views
+from . import actions, views, views_pools
 
 app_name = "attempts"
 urlpatterns = [
@@ -22,4 +22,6 @@ urlpatterns = [
     path("attempts/<int:pk>/rerun/", actions.rerun_attempt, name="rerun"),
     path("attempts/<int:pk>/recheck/", actions.recheck_attempt, name="recheck"),
     path("attempts/<int:pk>/delete/<str:level>/", actions.delete_attempt, name="attempt-delete"),
+    path("pools/", views_pools.pool_list, name="pools"),
+    path("pools/<int:pk>/", views_pools.pool_detail, name="pool"),
 ]

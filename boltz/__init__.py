@@ -30,6 +30,8 @@ from .errors import (
     SandboxGone,
     UnsafeArchive,
 )
+from .pool_types import Action, EnvInfo, GroupStats, Observation, PoolInfo, StepResult
+from .pools import AsyncPool, Pool
 from .types import (
     Attempt,
     CheckResult,
@@ -43,7 +45,15 @@ from .types import (
 )
 
 __all__ = [
+    "Action",
     "AsyncClient",
+    "AsyncPool",
+    "EnvInfo",
+    "GroupStats",
+    "Observation",
+    "Pool",
+    "PoolInfo",
+    "StepResult",
     "AsyncFiles",
     "AsyncSandbox",
     "Attempt",

@@ -531,3 +531,57 @@ def note_close_failure(body_error: BaseException, close_error: BaseException, na
     add_note = getattr(body_error, "add_note", None)
     if add_note is not None:
         add_note(f"boltz: closing sandbox {name} also failed: {close_error!r}")
+
+
+# The calls of RL pools (docs/POOLS.md).
+
+
+def create_pool(
+    task: str | None,
+    tasks: Sequence[str] | None,
+    size: int | None,
+    labels: Mapping[str, str] | None,
+    agent: str | None,
+    name: str | None,
+    max_steps: int | None,
+    episode_seconds: float | datetime.timedelta | None,
+) -> Call:
+    body = _compact(
+        {
+            "task": task,
+            "tasks": list(tasks) if tasks is not None else None,
+            "size": size,
+            "labels": dict(labels) if labels else None,
+            "agent": agent,
+            "name": name,
+            "max_steps": max_steps,
+            "episode_seconds": _number(episode_seconds),
+        }
+    )
+    return Call("POST", "/api/pools", json=body)
+
+
+def get_pool(pool_id: Any) -> Call:
+    return Call("GET", f"/api/pools/{_id(pool_id)}")
+
+
+def reset_pool(pool_id: Any, indices: Sequence[int] | None, wait: float) -> Call:
+    body = {"indices": list(indices) if indices is not None else None, "wait": wait}
+    # Setting up each new sandbox runs the task's setup: the server decides how long.
+    return Call("POST", f"/api/pools/{_id(pool_id)}/reset", json=body, wait=OPERATION)
+
+
+def step_pool(pool_id: Any, actions: list[Any], timeout: float | None) -> Call:
+    body = _compact({"actions": actions, "timeout": timeout})
+    body["actions"] = actions  # None entries are kept: those environments sit out
+    return Call("POST", f"/api/pools/{_id(pool_id)}/step", json=body, wait=timeout or OPERATION)
+
+
+def step_env(pool_id: Any, index: int, action: Any, timeout: float | None) -> Call:
+    body = _compact({"action": action, "timeout": timeout})
+    path = f"/api/pools/{_id(pool_id)}/envs/{int(index)}/step"
+    return Call("POST", path, json=body, wait=timeout or OPERATION)
+
+
+def close_pool(pool_id: Any) -> Call:
+    return Call("POST", f"/api/pools/{_id(pool_id)}/close", json={}, wait=OPERATION)

@@ -37,6 +37,8 @@ from .errors import (
     SandboxClosed,
     SandboxGone,
 )
+from .pool_types import PoolInfo
+from .pools import AsyncPool
 from .types import Attempt, CheckResult, Diff, ExecResult, FileInfo, SandboxInfo, Task
 
 __all__ = ["AsyncClient", "AsyncFiles", "AsyncSandbox"]
@@ -171,6 +173,29 @@ class AsyncClient:
         ids = _core.attempt_ids(attempts_or_ids)
         data = await self._request(_core.wait_attempts(ids, timeout))
         return _core.in_order(ids, [Attempt.from_json(item) for item in data or []])
+
+    # RL pools
+
+    async def pool(
+        self,
+        task: str | None = None,
+        *,
+        size: int | None = None,
+        tasks: Sequence[str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        agent: str | None = None,
+        name: str | None = None,
+        max_steps: int | None = None,
+        episode_seconds: Seconds | None = None,
+    ) -> AsyncPool:
+        """A pool of `size` environments of `task` (a group: independent episodes of one task),
+        or one environment per task in `tasks`. No sandbox starts until `reset()`. Episodes
+        past `max_steps` steps or `episode_seconds` are truncated. See docs/POOLS.md."""
+        call = _core.create_pool(task, tasks, size, labels, agent, name, max_steps, episode_seconds)
+        return AsyncPool(self, PoolInfo.from_json(await self._request(call)))
+
+    async def get_pool(self, pool_id: int) -> AsyncPool:
+        return AsyncPool(self, PoolInfo.from_json(await self._request(_core.get_pool(pool_id))))
 
     # Lifecycle
 

@@ -28,6 +28,8 @@ from .errors import (
     SandboxClosed,
     SandboxGone,
 )
+from .pool_types import PoolInfo
+from .pools import Pool
 from .types import Attempt, CheckResult, Diff, ExecResult, FileInfo, SandboxInfo, Task
 
 __all__ = ["Client", "Files", "Sandbox"]
@@ -165,6 +167,29 @@ class Client:
         ids = _core.attempt_ids(attempts_or_ids)
         data = self._request(_core.wait_attempts(ids, timeout))
         return _core.in_order(ids, [Attempt.from_json(item) for item in data or []])
+
+    # RL pools
+
+    def pool(
+        self,
+        task: str | None = None,
+        *,
+        size: int | None = None,
+        tasks: Sequence[str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        agent: str | None = None,
+        name: str | None = None,
+        max_steps: int | None = None,
+        episode_seconds: Seconds | None = None,
+    ) -> Pool:
+        """A pool of `size` environments of `task` (a group: independent episodes of one task),
+        or one environment per task in `tasks`. No sandbox starts until `reset()`. Episodes
+        past `max_steps` steps or `episode_seconds` are truncated. See docs/POOLS.md."""
+        call = _core.create_pool(task, tasks, size, labels, agent, name, max_steps, episode_seconds)
+        return Pool(self, PoolInfo.from_json(self._request(call)))
+
+    def get_pool(self, pool_id: int) -> Pool:
+        return Pool(self, PoolInfo.from_json(self._request(_core.get_pool(pool_id))))
 
     # Lifecycle
 
