@@ -85,6 +85,9 @@ class SandboxHolder(AttemptRunner):
                 message=f"sandbox live for {attempt.agent or 'an API client'}",
             )
             why = self._wait_for_close()
+            # A container that died while live (killed, its host's fault) is no outcome of
+            # the client's: the attempt is an infrastructure error.
+            self.session.ensure_running()
             timeline.add(EventKind.LIFECYCLE, message=f"closing: {why}")
             self.timings["work"] = round(time.monotonic() - mark, 3)
             stage, mark = "record", time.monotonic()

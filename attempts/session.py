@@ -262,6 +262,10 @@ class SandboxSession:
         """End every process and start the sandbox again with only its init."""
         self.sandbox.kill_all_processes()
 
+    def ensure_running(self) -> None:
+        """SandboxGone, saying why, unless the sandbox's container is running."""
+        self.sandbox.ensure_running()
+
     def oom_kills(self) -> int | None:
         return self.sandbox.oom_kills()
 

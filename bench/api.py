@@ -117,12 +117,13 @@ def file_from_tar(chunks) -> bytes:
 
 
 @contextlib.contextmanager
-def served(instance: str = "api"):
+def served(instance: str = "api", worker_env: dict[str, str] | None = None):
     """Django in a scratch folder with the fix-add task, a user and a token; a worker and a web
     server process on 127.0.0.1. Yields a namespace: url, token, task, workspace (the tar every
     sandbox of the task starts from), docker (a docker-py client), raw_label (the label to give
     raw containers), data (the folder). Stops both processes and removes every container made,
-    also on errors."""
+    also on errors. `worker_env` adds to the worker's environment only (e.g. its capacity,
+    BOLTZ_MAX_SANDBOXES, and its operation threads, BOLTZ_OPS_CONCURRENCY)."""
     queue = f"boltz-bench-{instance}-{os.getpid()}"
     # Before Django reads its settings: this process and its children share them.
     os.environ.update({"BOLTZ_QUEUE": queue, "BOLTZ_REDIS_URL": REDIS_URL})
@@ -149,7 +150,9 @@ def served(instance: str = "api"):
     done = False
     try:
         worker_log = data / "worker.log"
-        worker = start_process([sys.executable, "manage.py", "run_worker"], worker_log, env)
+        worker = start_process(
+            [sys.executable, "manage.py", "run_worker"], worker_log, {**env, **(worker_env or {})}
+        )
         wait_for(
             lambda: worker_log.read_bytes().count(b" ready.") >= 3,
             worker,
