@@ -32,7 +32,7 @@ from unidiff.errors import UnidiffParseError
 from . import opcalls, queueing
 from .episodes import end_episode
 from .hosts import host_alive
-from .models import Attempt, CheckResult, Pool, Status, Task
+from .models import Attempt, CheckResult, Outcome, Pool, Status, Task
 from .sandboxes import ApiError, sandbox_attempt, wait_live_all, workspace_path
 
 ACTION_FIELDS = ("write", "patch", "run", "timeout", "submit")
@@ -54,6 +54,8 @@ EPISODE_FIELDS = (
     "episode_steps",
     "close_requested_at",
     "sandbox_deleted_at",
+    "outcome",
+    "failure_reason",
 )
 
 
@@ -360,19 +362,9 @@ def _answer_time(episode: Attempt, action: dict, timeout: float | None) -> float
 
 def _send(pool: Pool, index: int, episode: Attempt | None, action: dict, timeout):
     """The call sent for one environment, or its result at once (refused or masked)."""
-    if episode is None:
-        return _unstepped(index, None, "refused", f"environment {index} has no episode: reset it")
-    if episode.episode_end:
-        return _unstepped(
-            index,
-            episode,
-            "refused",
-            f"environment {index}'s episode ended ({episode.episode_end}): reset it",
-        )
-    if episode.sandbox_deleted_at or episode.status != Status.RUNNING or episode.close_requested_at:
-        return _masked(
-            index, episode, "infrastructure", f"its sandbox is {episode.status}, not live"
-        )
+    unable = _not_steppable(index, episode)
+    if unable is not None:
+        return unable
     if not host_alive(episode.host):
         return _masked(
             index, episode, "host_lost", f"its host {episode.host} has not been heard from"
@@ -384,6 +376,26 @@ def _send(pool: Pool, index: int, episode: Attempt | None, action: dict, timeout
         return opcalls.send(episode.host, episode.pk, "step", args, timeout=wait), episode
     except opcalls.ChannelDown as exc:
         return _masked(index, episode, "infrastructure", str(exc))
+
+
+def _not_steppable(index: int, episode: Attempt | None) -> dict | None:
+    """The result of an environment that cannot take a step, or None if it can."""
+    if episode is None:
+        return _unstepped(index, None, "refused", f"environment {index} has no episode: reset it")
+    if episode.episode_end:
+        why = f"environment {index}'s episode ended ({episode.episode_end}): reset it"
+        return _unstepped(index, episode, "refused", why)
+    if episode.status == Status.RUNNING and not episode.close_requested_at:
+        return None
+    if episode.outcome == Outcome.INFRA_ERROR or episode.status in (
+        Status.QUEUED,
+        Status.STARTING,
+    ):
+        why = episode.failure_reason or f"its sandbox is {episode.status}, not live"
+        return _masked(index, episode, "infrastructure", why)
+    # Closed by its time to live, its idle timeout or a reviewer: the episode is over.
+    why = episode.failure_reason or "its sandbox was closed"
+    return _unstepped(index, episode, "refused", f"environment {index}: {why}: reset it")
 
 
 def _gather(calls: dict[int, tuple[opcalls.Call, Attempt]], results: list[dict | None]) -> None:

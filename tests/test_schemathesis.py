@@ -63,6 +63,22 @@ def bound_blocking_inputs(ctx, case):
     elif operation == "POST /api/sandboxes":
         if number(body.get("wait", 60)) and body.get("wait", 60) > 1:
             body["wait"] = 1
+    elif operation == "POST /api/pools":
+        if number(body.get("size")) and body["size"] > 2:
+            body["size"] = 2  # pools start nothing until a reset; this keeps those small too
+    elif operation == "POST /api/pools/{pool_id}/reset":
+        if number(body.get("wait", 60)) and body.get("wait", 60) > 1:
+            body["wait"] = 1
+    elif operation in (
+        "POST /api/pools/{pool_id}/step",
+        "POST /api/pools/{pool_id}/envs/{index}/step",
+    ):
+        if number(body.get("timeout")) and body["timeout"] > 5:
+            body["timeout"] = 5
+        actions = body.get("actions") if "actions" in body else [body.get("action")]
+        for action in actions if isinstance(actions, list) else []:
+            if isinstance(action, dict) and number(action.get("timeout")) and action["timeout"] > 5:
+                action["timeout"] = 5
     elif operation == "POST /api/tasks/{slug}/attempts":
         if number(body.get("n")) and 2 < body["n"] <= 100:
             body["n"] = 2
@@ -139,6 +155,8 @@ def test_schemathesis_finds_no_server_error_and_answers_conform(web, worker, loa
         made = [api.post("/api/sandboxes", json={"task": "fix-add"}) for _ in range(2)]
         assert [m.status_code for m in made] == [201, 201], [m.text for m in made]
         live, victim = (m.json()["id"] for m in made)
+        pool = api.post("/api/pools", json={"task": "fix-add", "size": 1})
+        assert pool.status_code == 201, pool.text
         try:
             config = schemathesis.Config.from_dict(
                 {
@@ -150,7 +168,12 @@ def test_schemathesis_finds_no_server_error_and_answers_conform(web, worker, loa
                     "generation": {"max-examples": MAX_EXAMPLES, "database": "none"},
                     "checks": CHECKS,
                     "phases": {"stateful": {"enabled": False}},
-                    "parameters": {"sandbox_id": live, "slug": "fix-add"},
+                    "parameters": {
+                        "sandbox_id": live,
+                        "slug": "fix-add",
+                        "pool_id": pool.json()["id"],
+                        "index": 0,
+                    },
                     "operations": [
                         # Closing and deleting are fuzzed on the second sandbox, so the first
                         # stays live for every other operation, whatever the order.
@@ -179,6 +202,8 @@ def test_schemathesis_finds_no_server_error_and_answers_conform(web, worker, loa
             schema.hook("filter_failure")(not_known)
             failures, called, stop = run(schema)
         finally:
+            for made_pool in api.get("/api/pools").json():
+                api.post(f"/api/pools/{made_pool['id']}/close")
             ids = {live, victim} | {s["id"] for s in api.get("/api/sandboxes").json()}
             for sandbox in ids:
                 api.delete(f"/api/sandboxes/{sandbox}")
