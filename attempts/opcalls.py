@@ -75,6 +75,7 @@ class Call:
         self.reply = reply
         self.deadline = deadline  # time.time() past which the worker will not start it
         self._answer: dict | None = None
+        self.queued: float | None = None  # seconds it waited for a free server thread
 
     def done(self) -> bool:
         """Has the answer come? (Never blocks.)"""
@@ -84,8 +85,12 @@ class Call:
             except redis.RedisError as exc:
                 raise ChannelDown(f"Redis: {exc}") from exc
             if raw is not None:
-                self._answer = json.loads(raw)
+                self._took(raw)
         return self._answer is not None
+
+    def _took(self, raw: bytes) -> None:
+        envelope = json.loads(raw)
+        self._answer, self.queued = envelope["answer"], envelope.get("queued")
 
     def get(self, timeout: float) -> dict:
         """The answer; CallTimeout if none comes within `timeout` seconds."""
@@ -110,6 +115,7 @@ def send(host: str, attempt_id: int, op: str, args: dict, *, timeout: float) -> 
             "args": args,
             "reply": reply,
             "deadline": deadline,
+            "sent": time.time(),
         }
     )
     key = requests_key(host)
@@ -148,7 +154,7 @@ def first_done(calls: Iterable[Call], timeout: float) -> Call | None:
             raise ChannelDown(f"Redis: {exc}") from exc
         if got is not None:
             done = by_reply[got[0].decode()]
-            done._answer = json.loads(got[1])
+            done._took(got[1])
             return done
         if left <= 0:
             return None
@@ -194,7 +200,8 @@ class Server:
                 self.answer(json.loads(got[1]))
 
     def answer(self, request: dict) -> None:
-        if time.time() > request["deadline"]:
+        started = time.time()
+        if started > request["deadline"]:
             log.warning(
                 "skipped %s on sandbox %s: its caller gave up", request["op"], request["attempt"]
             )
@@ -214,7 +221,8 @@ class Server:
             _keep_or_drop_connections()
         try:
             pipe = _client().pipeline(transaction=False)
-            pipe.rpush(request["reply"], json.dumps(answer))
+            queued = round(max(0.0, started - request.get("sent", started)), 3)
+            pipe.rpush(request["reply"], json.dumps({"answer": answer, "queued": queued}))
             pipe.expire(request["reply"], REPLY_TTL_SECONDS)
             pipe.execute()
         except redis.RedisError:

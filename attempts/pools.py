@@ -416,6 +416,7 @@ def _gather(calls: dict[int, tuple[opcalls.Call, Attempt]], results: list[dict |
             return
         i, call, episode = pending.pop(done.reply)
         results[i] = _result(i, episode, done.get(0))
+        results[i]["info"]["queued_seconds"] = done.queued  # waited for a free worker thread
         for reply, (j, other, other_episode) in list(pending.items()):
             if other.deadline < now and not other.done():
                 results[j] = _masked(

@@ -36,11 +36,13 @@ def serve(host):
 
 def test_an_answer_reaches_its_caller(host, serve):
     serve(lambda attempt, op, args: {"attempt": attempt, "op": op, "echo": args["x"]})
-    assert opcalls.call(host, 7, "echo", {"x": "é\x00"}, timeout=10) == {
+    call = opcalls.send(host, 7, "echo", {"x": "é\x00"}, timeout=10)
+    assert call.get(timeout=10) == {
         "attempt": 7,
         "op": "echo",
         "echo": "é\x00",
     }
+    assert 0 <= call.queued < 10  # how long it waited for a free server thread
 
 
 def test_no_server_means_a_timeout_within_the_callers_time(host):

@@ -72,6 +72,7 @@ def test_results_keep_input_order_when_environments_take_different_times(client)
         assert [r.info["index"] for r in results] == [0, 1, 2, 3]
         assert [r.observation.stdout for r in results] == [f"env {i}\n" for i in range(4)]
         assert all(r.reward == 0.0 and not r.masked and r.info["step"] == 1 for r in results)
+        assert all(0 <= r.info["queued_seconds"] < 5 for r in results)
         # Every step is on its episode's timeline, as for any sandbox.
         for i, r in enumerate(results):
             assert episode_commands(r.info["episode"]) == [actions[i]]
