@@ -5,13 +5,11 @@ train on Boltz tasks unchanged: `BoltzEnv` is one environment (a pool of one), a
     from boltz import Client
     from boltz.gym import BoltzEnv
 
-    with Client() as client:
-        env = BoltzEnv(client, task="fix-add")
+    with Client() as client, BoltzEnv(client, task="fix-add") as env:
         observation, info = env.reset()            # the task's instruction
         observation, reward, terminated, truncated, info = env.step("python3 -m pytest -q")
         ...
         observation, reward, terminated, truncated, info = env.step("submit")  # the check
-        env.close()
 
 Both spaces are `Text`. An action is a shell command run in /workspace; the exact text
 `submit_action` ("submit") submits instead: the task's check runs, its score is the reward and
@@ -26,8 +24,9 @@ step). A step on an episode that has ended, or that failed to start, is masked t
 
 Infos stay reproducible (Gymnasium's `check_env` compares them across episodes): a step's
 info is `step` (the episode's step number) and `masked`; a reset's is `episode` (the attempt
-id: every episode is an attempt to review) and `url` (its page), and `masked`. The latest step's
-full `StepResult` is `last_result`.
+id: every episode is an attempt to review) and `url` (its page), and `masked`. The current
+episodes and the latest steps' full `StepResult`s are attributes: `episode` and `last_result`
+of a `BoltzEnv`, `episodes` and `last_results` of a `BoltzVectorEnv`.
 
 Gymnasium is an optional extra: `pip install 'boltz-sdk[gym]'`. Importing `boltz` never
 imports it.
@@ -50,8 +49,7 @@ try:
     from gymnasium.vector.utils import batch_space
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
-        f"boltz.gym needs Gymnasium (1.1 or later), which is not installed ({exc}): "
-        "pip install 'boltz-sdk[gym]'"
+        f"boltz.gym needs Gymnasium 1.1 or later ({exc}): pip install 'boltz-sdk[gym]'"
     ) from exc
 
 from .pool_types import Action, Observation, StepResult
@@ -385,19 +383,21 @@ class BoltzVectorEnv(gymnasium.vector.VectorEnv):
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(1, thread_name_prefix="boltz-gym-reset")
             reset_done = self._executor.submit(self._reset, resetting)
-        if any(action is not None for action in sent):
-            for i, result in enumerate(self.pool.step(sent)):
-                if sent[i] is None:
-                    continue  # sat out, being reset
-                self.last_results[i] = result
-                text, rewards[i], terminations[i], truncations[i], info = (
-                    self._episodes.step_result(result)
-                )
-                self._observations[i] = text
-                infos = self._add_info(infos, info, i)
-        if reset_done is not None:
-            for i, info in reset_done.result():
-                infos = self._add_info(infos, info, i)
+        try:
+            stepped = self.pool.step(sent) if any(a is not None for a in sent) else []
+        finally:  # a failed step still waits for the resets it went with
+            reset = reset_done.result() if reset_done is not None else []
+        for i, result in enumerate(stepped):
+            if sent[i] is None:
+                continue  # sat out: being reset
+            self.last_results[i] = result
+            text, rewards[i], terminations[i], truncations[i], info = self._episodes.step_result(
+                result
+            )
+            self._observations[i] = text
+            infos = self._add_info(infos, info, i)
+        for i, info in reset:
+            infos = self._add_info(infos, info, i)
         self._autoreset = terminations | truncations
         return tuple(self._observations), rewards, terminations, truncations, infos
 
@@ -417,3 +417,9 @@ class BoltzVectorEnv(gymnasium.vector.VectorEnv):
             self._executor.shutdown(wait=True)
             self._executor = None
         self.pool.close()
+
+    def __enter__(self) -> BoltzVectorEnv:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
