@@ -42,6 +42,7 @@ bench: install services image
 	cd bench && ../$(PY) pages.py --write ../docs/PERFORMANCE.md
 	cd bench && ../$(PY) sandbox.py -n 10 --write ../docs/PERFORMANCE.md
 	cd bench && ../$(PY) api.py -n 100 --write ../docs/PERFORMANCE.md
+	cd bench && ../$(PY) pools.py -n 30 --write ../docs/PERFORMANCE.md
 
 lint: install
 	$(VENV)/bin/ruff check .

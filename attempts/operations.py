@@ -15,6 +15,7 @@ import time
 from datetime import timedelta
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -163,6 +164,8 @@ def run_operation(attempt_id: int, op: str, args: dict) -> dict:
     """Do one operation on a live API sandbox and answer with JSON-able data, or
     {"error": {status, code, detail}}."""
     try:
+        if op == "step":  # takes its step number as it finds its sandbox live: one write
+            return _step(attempt_id, **args)
         attempt, session = _live_session(attempt_id)
         handler = OPERATIONS.get(op)
         if handler is None:
@@ -201,6 +204,15 @@ LAST_USED_PRECISION = timedelta(seconds=1)
 
 def _live_session(attempt_id: int) -> tuple[Attempt, SandboxSession]:
     attempt = Attempt.objects.only(*LIVE_FIELDS).filter(pk=attempt_id).first()
+    _refuse_unless_live(attempt, attempt_id)
+    now = timezone.now()
+    if attempt.last_used_at is None or now - attempt.last_used_at >= LAST_USED_PRECISION:
+        Attempt.objects.filter(pk=attempt.pk).update(last_used_at=now)
+    return attempt, SandboxSession(attempt, Sandbox(attempt.container_id))
+
+
+def _refuse_unless_live(attempt: Attempt | None, attempt_id: int) -> None:
+    """Refused, saying why, unless the sandbox is live on this host."""
     if attempt is None:
         raise Refused(404, "not_found", f"no sandbox {attempt_id}")
     if attempt.sandbox_deleted_at or attempt.sandbox_state == SandboxState.DELETED:
@@ -209,10 +221,6 @@ def _live_session(attempt_id: int) -> tuple[Attempt, SandboxSession]:
         raise Refused(409, "closed", f"sandbox {attempt_id} is {attempt.status}, not live")
     if attempt.host != settings.BOLTZ_HOST:
         raise Refused(502, "infrastructure", f"sandbox {attempt_id} lives on {attempt.host}")
-    now = timezone.now()
-    if attempt.last_used_at is None or now - attempt.last_used_at >= LAST_USED_PRECISION:
-        Attempt.objects.filter(pk=attempt.pk).update(last_used_at=now)
-    return attempt, SandboxSession(attempt, Sandbox(attempt.container_id))
 
 
 def _whole(attempt: Attempt) -> Attempt:
@@ -246,6 +254,7 @@ def _exec(
     timeout: float | None = None,
     stdin: str | None = None,
     request: str = "",
+    number: int | None = None,
 ) -> dict:
     display = None
     if stdin:
@@ -268,6 +277,7 @@ def _exec(
         workdir=cwd,
         request=request,
         display=display,
+        number=number,
     )
     return exec_result(run)
 
@@ -332,22 +342,20 @@ def _checked(attempt, session) -> CheckResult:
 PATCH_TIMEOUT = 60.0
 
 
-def _step(attempt, session, *, action: dict, max_steps: int, episode_deadline: float) -> dict:
+def _step(attempt_id: int, *, action: dict, max_steps: int, episode_deadline: float) -> dict:
     """One action of a pool's environment, its parts in order: write files, apply a patch,
     run a command, submit (the check: its score is the reward and the episode terminates).
     A part that fails as the agent's own doing (a write refused, a patch that does not apply)
     stops the action there and is the observation; an infrastructure failure raises."""
-    number = _take_step(attempt)
     began = time.monotonic()
+    with transaction.atomic():  # the step taken and its mark on the timeline: one write
+        attempt, session, number = _take_step(attempt_id, runs="run" in action)
+        parts = ", ".join(k for k in ("write", "patch", "run", "submit") if k in action)
+        session.timeline.add(
+            EventKind.MESSAGE, actor=Actor.AGENT, role="step", content=f"step {number}: {parts}"
+        )
     observation: dict = {}
     reward, terminated, truncated = 0.0, False, False
-    session.timeline.add(
-        EventKind.MESSAGE,
-        actor=Actor.AGENT,
-        role="step",
-        content=f"step {number}: "
-        + ", ".join(k for k in ("write", "patch", "run", "submit") if k in action),
-    )
     left = episode_deadline - time.time()
     if left <= 0:
         observation["error"] = "the episode's time ran out before this step"
@@ -356,7 +364,15 @@ def _step(attempt, session, *, action: dict, max_steps: int, episode_deadline: f
         stopped = _write_and_patch(session, action, observation)
         if not stopped and "run" in action:
             run_timeout = min(action.get("timeout", DEFAULT_EXEC_TIMEOUT), max(left, 1.0))
-            observation.update(_exec(attempt, session, command=action["run"], timeout=run_timeout))
+            ran = _exec(
+                attempt,
+                session,
+                command=action["run"],
+                timeout=run_timeout,
+                number=attempt.exec_count,  # taken with the step
+            )
+            ran.pop("raw")  # the full output is on the attempt's page
+            observation.update(ran)
         if not stopped and action.get("submit"):
             result = _checked(attempt, session)
             observation["check"] = check_record(result)
@@ -379,16 +395,30 @@ def _step(attempt, session, *, action: dict, max_steps: int, episode_deadline: f
     }
 
 
-def _take_step(attempt) -> int:
-    """The episode's next step number; Refused when the episode has ended."""
-    taken = Attempt.objects.filter(pk=attempt.pk, episode_end="").update(
-        episode_steps=F("episode_steps") + 1
+def _take_step(attempt_id: int, *, runs: bool) -> tuple[Attempt, SandboxSession, int]:
+    """The live sandbox of an episode that has not ended, and the episode's next step number
+    (and, when the step runs a command, its exec number), in one write; Refused otherwise."""
+    taken = Attempt.objects.filter(
+        pk=attempt_id,
+        episode_end="",
+        status=Status.RUNNING,
+        close_requested_at__isnull=True,
+        sandbox_deleted_at__isnull=True,
+        host=settings.BOLTZ_HOST,
+    ).update(
+        episode_steps=F("episode_steps") + 1,
+        exec_count=F("exec_count") + (1 if runs else 0),
+        last_used_at=timezone.now(),
     )
-    row = Attempt.objects.filter(pk=attempt.pk).values("episode_steps", "episode_end").first()
-    if not taken or row is None:
-        how = row["episode_end"] if row else "deleted"
-        raise Refused(409, "finished", f"the episode ended ({how}): reset the environment")
-    return row["episode_steps"]
+    fields = (*LIVE_FIELDS, "episode_steps", "episode_end", "exec_count")
+    attempt = Attempt.objects.only(*fields).filter(pk=attempt_id).first()  # None if deleted
+    if not taken:
+        if attempt is not None and attempt.episode_end:
+            why = f"the episode ended ({attempt.episode_end}): reset the environment"
+            raise Refused(409, "finished", why)
+        _refuse_unless_live(attempt, attempt_id)
+        raise Refused(409, "closed", f"sandbox {attempt_id} is not live")
+    return attempt, SandboxSession(attempt, Sandbox(attempt.container_id)), attempt.episode_steps
 
 
 def _write_and_patch(session, action: dict, observation: dict) -> bool:
@@ -438,5 +468,4 @@ OPERATIONS = {
     "upload": _upload,
     "diff": _diff,
     "check": _check,
-    "step": _step,
 }

@@ -311,17 +311,17 @@ def pool_step(pool: Pool, actions: Any, *, timeout: float | None = None) -> list
     wanted = [i for i, action in enumerate(parsed) if action is not None]
     episodes = current_episodes(pool, wanted)
     results: list[dict | None] = [None] * pool.size
-    calls: dict[int, tuple[opcalls.Call, Attempt]] = {}
+    requests: dict[int, tuple[tuple, Attempt]] = {}
     for i, action in enumerate(parsed):
         if action is None:
             results[i] = _unstepped(i, None, "skipped", "no action was given for this step")
             continue
-        sent = _send(pool, i, episodes.get(i), action, timeout)
-        if isinstance(sent, dict):
-            results[i] = sent
+        request = _request(pool, i, episodes.get(i), action, timeout)
+        if isinstance(request, dict):
+            results[i] = request
         else:
-            calls[i] = sent
-    _gather(calls, results)
+            requests[i] = request
+    _gather(_send(requests, results), results)
     _count(pool, results)
     return results
 
@@ -335,11 +335,11 @@ def pool_env_step(pool: Pool, index: int, action: Any, *, timeout: float | None 
     if parsed is None:
         raise ApiError(400, "invalid", "action: give an action")
     results: list[dict | None] = [None] * pool.size
-    sent = _send(pool, index, current_episodes(pool, [index]).get(index), parsed, timeout)
-    if isinstance(sent, dict):
-        results[index] = sent
+    request = _request(pool, index, current_episodes(pool, [index]).get(index), parsed, timeout)
+    if isinstance(request, dict):
+        results[index] = request
     else:
-        _gather({index: sent}, results)
+        _gather(_send({index: request}, results), results)
     _count(pool, results)
     return results[index]
 
@@ -360,8 +360,9 @@ def _answer_time(episode: Attempt, action: dict, timeout: float | None) -> float
     return seconds
 
 
-def _send(pool: Pool, index: int, episode: Attempt | None, action: dict, timeout):
-    """The call sent for one environment, or its result at once (refused or masked)."""
+def _request(pool: Pool, index: int, episode: Attempt | None, action: dict, timeout):
+    """The operation call to send for one environment ((host, id, "step", args, wait), its
+    episode), or its result at once (refused or masked)."""
     unable = _not_steppable(index, episode)
     if unable is not None:
         return unable
@@ -372,10 +373,21 @@ def _send(pool: Pool, index: int, episode: Attempt | None, action: dict, timeout
     deadline = episode.started_at.timestamp() + pool.episode_seconds
     wait = _answer_time(episode, action, timeout)
     args = {"action": action, "max_steps": pool.max_steps, "episode_deadline": deadline}
+    return (episode.host, episode.pk, "step", args, wait), episode
+
+
+def _send(
+    requests: dict[int, tuple[tuple, Attempt]], results: list[dict | None]
+) -> dict[int, tuple[opcalls.Call, Attempt]]:
+    """Every environment's call, sent at once; if Redis cannot take them, each is masked."""
     try:
-        return opcalls.send(episode.host, episode.pk, "step", args, timeout=wait), episode
+        calls = opcalls.send_many([request for request, _ in requests.values()])
     except opcalls.ChannelDown as exc:
-        return _masked(index, episode, "infrastructure", str(exc))
+        for i, (_, episode) in requests.items():
+            results[i] = _masked(i, episode, "infrastructure", str(exc))
+        return {}
+    pairs = zip(requests.items(), calls, strict=True)
+    return {i: (call, episode) for (i, (_, episode)), call in pairs}
 
 
 def _not_steppable(index: int, episode: Attempt | None) -> dict | None:

@@ -12,7 +12,6 @@ import hashlib
 import io
 import os
 import re
-import resource
 import shutil
 import subprocess
 import tarfile
@@ -55,17 +54,22 @@ def git(
     `memory_limit` caps git's address space (bytes): for git run on what an agent made."""
     full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})}
     what = next((a for a in args if not a.startswith("-") and "=" not in a), args[0])
+    argv = ["git", *args]
+    if memory_limit:
+        # The limit is set by a shell, not a preexec_fn: safe in the threaded operations
+        # worker, and the child never starts as a copy of the worker's own memory.
+        limit_kb = str(max(1, memory_limit // 1024))
+        argv = ["/bin/sh", "-c", 'ulimit -v "$0" && exec git "$@"', limit_kb, *args]
     try:
         with open(output, "wb") if output else contextlib.nullcontext() as sink:
             proc = subprocess.run(
-                ["git", *args],
+                argv,
                 cwd=cwd,
                 env=full_env,
                 stdin=subprocess.DEVNULL,
                 stdout=sink if output else subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 timeout=timeout,
-                preexec_fn=_limit_memory(memory_limit) if memory_limit else None,
             )
     except subprocess.TimeoutExpired:
         raise GitError(f"git {what} took longer than {timeout:.0f}s") from None
@@ -75,13 +79,6 @@ def git(
     if output:
         return ""
     return proc.stdout if raw else proc.stdout.decode("utf-8", errors="replace")
-
-
-def _limit_memory(limit: int):
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-    return apply
 
 
 def is_local(url: str) -> bool:

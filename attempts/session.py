@@ -120,13 +120,16 @@ class SandboxSession:
         display: str | None = None,
         workdir: str = "/workspace",
         request: str = "",
+        number: int | None = None,
     ) -> CommandRun:
         """Run a command with events for its start, live output and end. A string runs in
-        /bin/sh; a list is argv. `request` tags the events (an API call waiting on them)."""
+        /bin/sh; a list is argv. `request` tags the events (an API call waiting on them).
+        `number`: an exec number already taken from the attempt's counter (else the next)."""
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else command
         shown = display or (command if isinstance(command, str) else shlex.join(command))
         with transaction.atomic():  # its number and its start: one write
-            number = next_exec_number(self.attempt.pk)
+            if number is None:
+                number = next_exec_number(self.attempt.pk)
             base = {"step": step, "exec": number, "command": clip(shown)}
             if request:
                 base["request"] = request

@@ -7,18 +7,20 @@ It starts what it needs itself through bench/api.py's `served()` (a scratch data
 with capacity for the largest pool and as many operation threads, a web server, all on
 127.0.0.1; every container removed at the end).
 
-For each pool size N: a pool of N environments of fix-add, reset (one sandbox each), then
-steps of the action `true` on every environment (`pool.step(["true"] * N)`) against a raw
-step: N threads, each running `true` in its own one of the same N containers with docker-py
-(`exec_run`, the sandbox user and /workspace, as Boltz's exec), the step done when all N are.
-Rounds are interleaved, alternating which goes first. Reported: steps per second (rounds over
-the summed step times), p50 and p95 of a step, and the ratio of throughputs (Boltz steps/s
-over raw steps/s). Target (from the issue): at least 0.8 of raw throughput at 8 environments.
+For each pool size N: a pool of N environments of fix-add, reset (one sandbox each), then steps
+of the action `true` on every environment (`pool.step([Action(run=["true"])] * N)`, argv: no
+shell, as raw runs it) against a raw step: N threads, each running `true` in its own one of the
+same N containers with docker-py (`exec_run`, the sandbox user and /workspace, as Boltz's
+exec), the step done when all N are. Rounds are interleaved, alternating which goes first.
+Reported: steps per second (rounds over the summed step times), p50 and p95 of a step, and the
+ratio of throughputs (Boltz steps/s over raw steps/s). Target (from the issue): at least 0.8 of
+raw throughput at 8 environments.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -48,6 +50,7 @@ def wait_closed(pool_id: int, timeout: float = 300.0) -> None:
 def measure_size(client, env, size: int, rounds: int) -> tuple[dict, dict]:
     """Boltz and raw step times for a pool of `size` environments."""
     from attempts.models import Attempt
+    from boltz import Action
 
     pool = client.pool(task="fix-add", size=size, agent="bench", max_steps=rounds + 10)
     try:
@@ -60,7 +63,8 @@ def measure_size(client, env, size: int, rounds: int) -> tuple[dict, dict]:
             Attempt.objects.filter(pk__in=episodes).values_list("pk", "container_id")
         )
         containers = [env.docker.containers.get(container_ids[e]) for e in episodes]
-        actions = ["true"] * size
+        # argv, as the raw side runs it: no shell on either side.
+        actions = [Action(run=["true"])] * size
 
         def boltz_step():
             for result in pool.step(actions):
@@ -110,6 +114,7 @@ def main() -> None:
         Client(env.url, token=env.token, timeout=300) as client,
     ):
         args.docker_version = env.docker.version()["Version"]
+        args.load = [os.getloadavg()[0]]
         for size in sizes:
             boltz_t, raw_t = measure_size(client, env, size, args.n)
             rows.append((size, boltz_t, raw_t))
@@ -120,6 +125,7 @@ def main() -> None:
                 f"{raw_t['p95']:.1f} ms); ratio {ratio(boltz_t, raw_t):.2f}",
                 flush=True,
             )
+        args.load.append(os.getloadavg()[0])
 
     verdict = verdict_text(rows)
     print(verdict)
@@ -182,7 +188,9 @@ def page(rows, verdict: str, args) -> str:
         f"{args.docker_version}, the web server `manage.py runserver` and the worker "
         f"`manage.py run_worker` (BOLTZ_MAX_SANDBOXES and BOLTZ_OPS_CONCURRENCY "
         f"{max(size for size, _, _ in rows)}) on this machine, SQLite, Redis on 127.0.0.1; "
-        "the same containers for both paths; rounds interleaved."
+        "the same containers for both paths; rounds interleaved. The machine's load average "
+        f"(1 minute) was {args.load[0]:.1f} at the start and {args.load[-1]:.1f} at the end "
+        "(other work on the machine, shared by both paths)."
     )
     return body
 

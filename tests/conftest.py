@@ -230,6 +230,30 @@ def wait_until(predicate, timeout: float = 40, what: str = "condition") -> None:
         time.sleep(0.2)
 
 
+@contextlib.contextmanager
+def sdk_client(url: str, username: str):
+    """The SDK's Client for a new user of the served instance at `url`, with a token of theirs."""
+    from django.contrib.auth import get_user_model
+
+    from attempts.tokens import token_create
+    from boltz import Client
+
+    _row, token = token_create(user=get_user_model().objects.create_user(username))
+    with Client(url, token=token, timeout=60) as client:
+        yield client
+
+
+def agent_commands(attempt_id: int) -> list[str]:
+    """The commands an attempt's agent ran, in order, as its timeline has them."""
+    from attempts.models import Attempt, EventKind
+
+    return [
+        e.data["command"]
+        for e in Attempt.objects.get(pk=attempt_id).events.order_by("seq")
+        if e.kind == EventKind.EXEC and e.data.get("phase") == "start" and e.actor == "agent"
+    ]
+
+
 def containers_of(attempt_id: int) -> list[dict]:
     """The containers of this test run made for an attempt (on any host)."""
     from attempts.sandbox import runtime

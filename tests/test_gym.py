@@ -13,16 +13,13 @@ import warnings
 import docker
 import numpy as np
 import pytest
-from django.contrib.auth import get_user_model
 from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from attempts.models import Attempt, EventKind
-from attempts.tokens import token_create
-from boltz import Client
+from attempts.models import Attempt
 from boltz.gym import BMPText, BoltzEnv, BoltzVectorEnv, observation_text
-from tests.conftest import ROOT
+from tests.conftest import ROOT, agent_commands, sdk_client
 
 
 def real(test):
@@ -43,18 +40,8 @@ FIX = "sed -i 's/return a - b/return a + b/' calc.py"
 @pytest.fixture
 def client(web, worker, load_example):
     load_example("fix-add")
-    user = get_user_model().objects.create_user("learner")
-    _row, token = token_create(user=user)
-    with Client(web, token=token, timeout=60) as c:
+    with sdk_client(web, "learner") as c:
         yield c
-
-
-def agent_commands(attempt_id: int) -> list[str]:
-    return [
-        e.data["command"]
-        for e in Attempt.objects.get(pk=attempt_id).events.order_by("seq")
-        if e.kind == EventKind.EXEC and e.data.get("phase") == "start" and e.actor == "agent"
-    ]
 
 
 # --- without a server ---------------------------------------------------------------------------

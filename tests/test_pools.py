@@ -11,16 +11,23 @@ import re
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import docker
 import pytest
 from django.conf import settings
-from django.contrib.auth import get_user_model
 
 from attempts.models import Attempt, EventKind, Outcome, Pool
-from attempts.tokens import token_create
-from boltz import Action, AsyncClient, Client, InvalidRequest
-from tests.conftest import ROOT, run_web, run_worker, wait_finished, wait_until
+from boltz import Action, AsyncClient, InvalidRequest
+from tests.conftest import (
+    ROOT,
+    agent_commands,
+    run_web,
+    run_worker,
+    sdk_client,
+    wait_finished,
+    wait_until,
+)
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -47,18 +54,8 @@ def served(django_db_setup, django_db_blocker, docker_ready, redis_ready):
 @pytest.fixture
 def client(served, load_example):
     load_example("fix-add")
-    user = get_user_model().objects.create_user("trainer")
-    _row, token = token_create(user=user)
-    with Client(served, token=token, timeout=60) as c:
+    with sdk_client(served, "trainer") as c:
         yield c
-
-
-def episode_commands(attempt_id: int) -> list[str]:
-    return [
-        e.data["command"]
-        for e in Attempt.objects.get(pk=attempt_id).events.order_by("seq")
-        if e.kind == EventKind.EXEC and e.data.get("phase") == "start" and e.actor == "agent"
-    ]
 
 
 def test_results_keep_input_order_when_environments_take_different_times(client):
@@ -75,7 +72,7 @@ def test_results_keep_input_order_when_environments_take_different_times(client)
         assert all(0 <= r.info["queued_seconds"] < 5 for r in results)
         # Every step is on its episode's timeline, as for any sandbox.
         for i, r in enumerate(results):
-            assert episode_commands(r.info["episode"]) == [actions[i]]
+            assert agent_commands(r.info["episode"]) == [actions[i]]
             assert r.info["url"].endswith(f"/attempts/{r.info['episode']}/")
         info = pool.refresh()
         assert info.steps == 4 and info.masked == 0
@@ -175,7 +172,7 @@ def test_submit_terminates_and_reset_gives_a_fresh_tree(client):
 def test_streaming_and_async_pools_tag_each_result(client, served):
     with client.pool(task="fix-add", size=3) as pool:
         pool.reset()
-        for i, seconds in enumerate((0.9, 0.1, 0.5)):
+        for i, seconds in enumerate((2.5, 0.1, 1.3)):
             pool.submit(i, f"sleep {seconds}; echo {i}")
         finished = [(r.info["index"], r.info["step"]) for r in pool.results(timeout=60)]
         assert finished == [(1, 1), (2, 1), (0, 1)]  # in the order they were done
@@ -191,7 +188,9 @@ def test_streaming_and_async_pools_tag_each_result(client, served):
                 streamed = [r async for r in apool.results(timeout=60)]
             return [r.observation.stdout for r in stepped + streamed]
 
-    assert asyncio.run(drive()) == ["a\n", "b\n", "again\n"]
+    # In a thread of its own: an event loop may already run in this one (a browser test's).
+    with ThreadPoolExecutor(1) as thread:
+        assert thread.submit(asyncio.run, drive()).result() == ["a\n", "b\n", "again\n"]
 
 
 def test_the_headline_example_compares_eight_candidates(client, served):

@@ -70,6 +70,9 @@ def client() -> docker.DockerClient:
     with _client_lock:
         if _client is None:
             _client = docker.from_env(timeout=120)
+            # The daemon is on a local socket: no proxy applies, so requests need not read the
+            # environment for one on every call (about 0.6 ms of CPU each).
+            _client.api.trust_env = False
         return _client
 
 
