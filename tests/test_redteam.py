@@ -16,11 +16,10 @@ from __future__ import annotations
 import io
 import itertools
 import json
-import multiprocessing
 import os
-import resource
 import secrets
 import subprocess
+import sys
 import tarfile
 import textwrap
 import uuid
@@ -37,7 +36,7 @@ from attempts.repos import git
 from attempts.sandbox import runtime
 from attempts.services import attempt_create
 from attempts.taskdirs import load_task_dir
-from tests.conftest import run_worker, wait_finished
+from tests.conftest import ROOT, run_worker, wait_finished
 from tests.test_tamper import CALC_BUGGY, FIX, TESTS, agent_output, commit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]
@@ -423,18 +422,26 @@ def test_hole_a_compressed_commit_inflates_on_the_worker(worker, make_task, tmp_
         max_files=settings.BOLTZ_MAX_TREE_FILES,
     )
     on_disk = sum(p.stat().st_size for p in (tree.git_dir / "objects").rglob("*") if p.is_file())
-    # In a forked child, so that the peak counts that git alone.
-    context = multiprocessing.get_context("fork")
-    answers = context.Queue()
-
-    def probe():
-        listed = changes.agent_commits(tree.git_dir, task.base, tmp_path)
-        answers.put((len(listed), resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
-
-    child = context.Process(target=probe)
-    child.start()
-    listed, peak_kb = answers.get(timeout=120)
-    child.join()
+    # In a fresh, small Python process, so that the peak counts git (a child's peak starts at
+    # the size of the process that starts it: a fork of this test run is already ~170 MB).
+    probe = (
+        "import django, json, resource, sys\n"
+        "from pathlib import Path\n"
+        "django.setup()\n"
+        "from attempts import changes\n"
+        "listed = changes.agent_commits(Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]))\n"
+        "print(json.dumps([len(listed), resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", probe, str(tree.git_dir), task.base, str(tmp_path)],
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "boltz_web.settings"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    listed, peak_kb = json.loads(run.stdout.strip().splitlines()[-1])
     assert peak_kb < 160 * 1024, (
         f"{on_disk} bytes of the agent's .git made git on the worker use {peak_kb // 1024} MB "
         f"(the worker's own run listed {len(attempt.commits)} commit(s), subject "
