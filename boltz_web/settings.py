@@ -85,7 +85,9 @@ else:
     _sqlite_path = Path(env_str("BOLTZ_SQLITE_PATH", str(DATA_DIR / "boltz.sqlite3")))
     DATABASES = {
         "default": {
-            "ENGINE": "django.db.backends.sqlite3",
+            # Django's SQLite backend; the writers of a process take turns on a lock rather
+            # than in SQLite's sleeping busy handler (boltz_web/sqlite/base.py).
+            "ENGINE": "boltz_web.sqlite",
             "NAME": _sqlite_path,
             # A kept-alive API client's requests (one server thread) and each operations thread
             # reuse their connection instead of opening one per request.
