@@ -184,7 +184,7 @@ def page(rows, verdict: str, args) -> str:
         "in one response. The raw path is docker-py in this process: N threads, each an "
         "`exec_run` of `true` in its own container as the sandbox user in /workspace, nothing "
         "recorded. The ratio moves by a few hundredths from run to run on this machine: at 8 "
-        "environments, seven runs of the same code gave 0.78 to 0.81.\n\n"
+        "environments, three runs of this code gave 0.78, 0.80 and 0.81.\n\n"
         f"`python bench/pools.py -n {args.n}` on {machine()}, Docker Engine "
         f"{args.docker_version}, the web server `manage.py runserver` and the worker "
         f"`manage.py run_worker` (BOLTZ_MAX_SANDBOXES and BOLTZ_OPS_CONCURRENCY "
