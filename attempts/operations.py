@@ -15,8 +15,6 @@ import time
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from . import session as files
@@ -164,7 +162,7 @@ def run_operation(attempt_id: int, op: str, args: dict) -> dict:
     """Do one operation on a live API sandbox and answer with JSON-able data, or
     {"error": {status, code, detail}}."""
     try:
-        if op == "step":  # takes its step number as it finds its sandbox live: one write
+        if op == "step":  # the web has found it live and taken the step
             return _step(attempt_id, **args)
         attempt, session = _live_session(attempt_id)
         handler = OPERATIONS.get(op)
@@ -331,6 +329,7 @@ def _check(attempt, session) -> dict:
 def _checked(attempt, session) -> CheckResult:
     """The task's check on a clean copy of the changes so far, as the pipeline runs it."""
     attempt = _whole(attempt)
+    session = SandboxSession(attempt, session.sandbox)  # the check reads the whole attempt
     with scratch_folder(attempt) as scratch:
         runner = AttemptRunner(attempt, rechecking=True)
         runner.session, runner.trees = session, AttemptTrees(attempt, scratch)
@@ -342,18 +341,29 @@ def _checked(attempt, session) -> CheckResult:
 PATCH_TIMEOUT = 60.0
 
 
-def _step(attempt_id: int, *, action: dict, max_steps: int, episode_deadline: float) -> dict:
+def _step(
+    attempt_id: int,
+    *,
+    action: dict,
+    max_steps: int,
+    episode_deadline: float,
+    container: str,
+    step_number: int,
+    exec_number: int,
+    seq: int,
+) -> dict:
     """One action of a pool's environment, its parts in order: write files, apply a patch,
     run a command, submit (the check: its score is the reward and the episode terminates).
     A part that fails as the agent's own doing (a write refused, a patch that does not apply)
-    stops the action there and is the observation; an infrastructure failure raises."""
+    stops the action there and is the observation; an infrastructure failure raises.
+
+    The web process has taken the step (`step_number`, and `exec_number` for its command) and
+    marked it on the timeline (`seq`: the next free place there) for every environment of the
+    pool in one write; here only the action is done."""
     began = time.monotonic()
-    with transaction.atomic():  # the step taken and its mark on the timeline: one write
-        attempt, session, number = _take_step(attempt_id, runs="run" in action)
-        parts = ", ".join(k for k in ("write", "patch", "run", "submit") if k in action)
-        session.timeline.add(
-            EventKind.MESSAGE, actor=Actor.AGENT, role="step", content=f"step {number}: {parts}"
-        )
+    attempt = Attempt(pk=attempt_id, container_id=container)  # what the session reads
+    session = SandboxSession(attempt, Sandbox(container))
+    session.timeline.expect(seq)
     observation: dict = {}
     reward, terminated, truncated = 0.0, False, False
     left = episode_deadline - time.time()
@@ -365,11 +375,7 @@ def _step(attempt_id: int, *, action: dict, max_steps: int, episode_deadline: fl
         if not stopped and "run" in action:
             run_timeout = min(action.get("timeout", DEFAULT_EXEC_TIMEOUT), max(left, 1.0))
             ran = _exec(
-                attempt,
-                session,
-                command=action["run"],
-                timeout=run_timeout,
-                number=attempt.exec_count,  # taken with the step
+                attempt, session, command=action["run"], timeout=run_timeout, number=exec_number
             )
             ran.pop("raw")  # the full output is on the attempt's page
             observation.update(ran)
@@ -377,12 +383,12 @@ def _step(attempt_id: int, *, action: dict, max_steps: int, episode_deadline: fl
             result = _checked(attempt, session)
             observation["check"] = check_record(result)
             reward, terminated = result.as_reward, True
-    if not terminated and (number >= max_steps or time.time() >= episode_deadline):
+    if not terminated and (step_number >= max_steps or time.time() >= episode_deadline):
         truncated = True
     if terminated or truncated:
         end_episode(attempt.pk, "terminated" if terminated else "truncated")
     return {
-        "step": number,
+        "step": step_number,
         "observation": observation,
         "reward": reward,
         "terminated": terminated,
@@ -393,32 +399,6 @@ def _step(attempt_id: int, *, action: dict, max_steps: int, episode_deadline: fl
             "duration": round(time.monotonic() - began, 3),
         },
     }
-
-
-def _take_step(attempt_id: int, *, runs: bool) -> tuple[Attempt, SandboxSession, int]:
-    """The live sandbox of an episode that has not ended, and the episode's next step number
-    (and, when the step runs a command, its exec number), in one write; Refused otherwise."""
-    taken = Attempt.objects.filter(
-        pk=attempt_id,
-        episode_end="",
-        status=Status.RUNNING,
-        close_requested_at__isnull=True,
-        sandbox_deleted_at__isnull=True,
-        host=settings.BOLTZ_HOST,
-    ).update(
-        episode_steps=F("episode_steps") + 1,
-        exec_count=F("exec_count") + (1 if runs else 0),
-        last_used_at=timezone.now(),
-    )
-    fields = (*LIVE_FIELDS, "episode_steps", "episode_end", "exec_count")
-    attempt = Attempt.objects.only(*fields).filter(pk=attempt_id).first()  # None if deleted
-    if not taken:
-        if attempt is not None and attempt.episode_end:
-            why = f"the episode ended ({attempt.episode_end}): reset the environment"
-            raise Refused(409, "finished", why)
-        _refuse_unless_live(attempt, attempt_id)
-        raise Refused(409, "closed", f"sandbox {attempt_id} is not live")
-    return attempt, SandboxSession(attempt, Sandbox(attempt.container_id)), attempt.episode_steps
 
 
 def _write_and_patch(session, action: dict, observation: dict) -> bool:

@@ -24,7 +24,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
-from django.db.models import F
+from django.db import IntegrityError, transaction
+from django.db.models import F, Max
 from django.utils import timezone
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
@@ -32,7 +33,7 @@ from unidiff.errors import UnidiffParseError
 from . import opcalls, queueing
 from .episodes import end_episode
 from .hosts import host_alive
-from .models import Attempt, CheckResult, Outcome, Pool, Status, Task
+from .models import Actor, Attempt, CheckResult, Event, EventKind, Outcome, Pool, Status, Task
 from .sandboxes import ApiError, sandbox_attempt, wait_live_all, workspace_path
 
 ACTION_FIELDS = ("write", "patch", "run", "timeout", "submit")
@@ -56,6 +57,7 @@ EPISODE_FIELDS = (
     "sandbox_deleted_at",
     "outcome",
     "failure_reason",
+    "container_id",
 )
 
 
@@ -372,14 +374,21 @@ def _request(pool: Pool, index: int, episode: Attempt | None, action: dict, time
         )
     deadline = episode.started_at.timestamp() + pool.episode_seconds
     wait = _answer_time(episode, action, timeout)
-    args = {"action": action, "max_steps": pool.max_steps, "episode_deadline": deadline}
+    args = {
+        "action": action,
+        "max_steps": pool.max_steps,
+        "episode_deadline": deadline,
+        "container": episode.container_id,
+    }
     return (episode.host, episode.pk, "step", args, wait), episode
 
 
 def _send(
     requests: dict[int, tuple[tuple, Attempt]], results: list[dict | None]
 ) -> dict[int, tuple[opcalls.Call, Attempt]]:
-    """Every environment's call, sent at once; if Redis cannot take them, each is masked."""
+    """Every environment's call, sent at once (its step taken first); if Redis cannot take
+    them, each is masked."""
+    requests = _take_steps(requests, results)
     try:
         calls = opcalls.send_many([request for request, _ in requests.values()])
     except opcalls.ChannelDown as exc:
@@ -388,6 +397,103 @@ def _send(
         return {}
     pairs = zip(requests.items(), calls, strict=True)
     return {i: (call, episode) for (i, (_, episode)), call in pairs}
+
+
+def _take_steps(
+    requests: dict[int, tuple[tuple, Attempt]], results: list[dict | None]
+) -> dict[int, tuple[tuple, Attempt]]:
+    """Every environment's next step number (and exec number, when it runs a command) taken
+    in one write for all, where its episode is still live, with the step's mark on each
+    timeline; the worker then only does the action. One that ended meanwhile is refused."""
+    if not requests:
+        return {}
+    for tries in range(3):
+        try:
+            return _take_steps_once(requests, results)
+        except IntegrityError:  # another writer took a timeline seq meanwhile: read them again
+            if tries == 2:
+                raise
+    return {}
+
+
+def _take_steps_once(requests, results):
+    """One try of `_take_steps`, in one transaction."""
+    ids = {episode.pk: i for i, (_, episode) in requests.items()}
+    runs = [
+        episode.pk for (_, _, _, args, _), episode in requests.values() if "run" in args["action"]
+    ]
+    live = {
+        "episode_end": "",
+        "status": Status.RUNNING,
+        "close_requested_at__isnull": True,
+        "sandbox_deleted_at__isnull": True,
+    }
+    now = timezone.now()
+    taken: dict[int, tuple[tuple, Attempt]] = {}
+    with transaction.atomic():
+        rest = [pk for pk in ids if pk not in set(runs)]
+        for pks, execs in ((runs, 1), (rest, 0)):
+            if pks:
+                Attempt.objects.filter(pk__in=pks, **live).update(
+                    episode_steps=F("episode_steps") + 1,
+                    exec_count=F("exec_count") + execs,
+                    last_used_at=now,
+                )
+        rows = Attempt.objects.filter(pk__in=list(ids)).values(
+            "pk",
+            "episode_steps",
+            "exec_count",
+            "episode_end",
+            "status",
+            "close_requested_at",
+            "sandbox_deleted_at",
+        )
+        tops = dict(
+            Event.objects.filter(attempt_id__in=list(ids))
+            .values("attempt_id")
+            .annotate(top=Max("seq"))
+            .values_list("attempt_id", "top")
+        )
+        marks = []
+        for row in rows:
+            i = ids[row["pk"]]
+            request, episode = requests[i]
+            if (
+                row["episode_end"]
+                or row["status"] != Status.RUNNING
+                or row["close_requested_at"]
+                or row["sandbox_deleted_at"]
+            ):
+                # Ended between the read and the write (in the same transaction, the write
+                # matched the row exactly when it is still live).
+                how = row["episode_end"] or row["status"]
+                why = f"environment {i}'s episode ended ({how}): reset it"
+                results[i] = _unstepped(i, episode, "refused", why)
+                continue
+            args = request[3]
+            seq = (tops.get(row["pk"]) or 0) + 1
+            parts = ", ".join(k for k in ("write", "patch", "run", "submit") if k in args["action"])
+            marks.append(
+                Event(
+                    attempt_id=row["pk"],
+                    seq=seq,
+                    kind=EventKind.MESSAGE,
+                    actor=Actor.AGENT,
+                    data={"role": "step", "content": f"step {row['episode_steps']}: {parts}"},
+                )
+            )
+            args.update(
+                step_number=row["episode_steps"], exec_number=row["exec_count"], seq=seq + 1
+            )
+            taken[i] = (request, episode)
+        Event.objects.bulk_create(marks)
+    seen = {row["pk"] for row in rows}
+    for pk, i in ids.items():
+        if pk not in seen:
+            results[i] = _unstepped(
+                i, requests[i][1], "refused", f"environment {i}'s sandbox was deleted"
+            )
+    return taken
 
 
 def _not_steppable(index: int, episode: Attempt | None) -> dict | None:

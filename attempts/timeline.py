@@ -36,6 +36,10 @@ class Timeline:
         self.attempt_id = attempt_id
         self._next: int | None = None
 
+    def expect(self, seq: int) -> None:
+        """Start numbering at `seq` (a hint: if someone wrote there first, the top is read)."""
+        self._next = seq
+
     def _reload(self) -> int:
         top = Event.objects.filter(attempt_id=self.attempt_id).aggregate(m=Max("seq"))["m"]
         return (top or 0) + 1
