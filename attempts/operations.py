@@ -380,9 +380,14 @@ def _step(
             ran.pop("raw")  # the full output is on the attempt's page
             observation.update(ran)
         if not stopped and action.get("submit"):
-            result = _checked(attempt, session)
-            observation["check"] = check_record(result)
-            reward, terminated = result.as_reward, True
+            try:
+                result = _checked(attempt, session)
+            except ChangesUnavailable as exc:  # as in the pipeline: the agent's, scored 0
+                observation["error"] = f"changes unavailable: {exc.reason}"
+                reward, terminated = 0.0, True
+            else:
+                observation["check"] = check_record(result)
+                reward, terminated = result.as_reward, True
     if not terminated and (step_number >= max_steps or time.time() >= episode_deadline):
         truncated = True
     if terminated or truncated:

@@ -547,8 +547,6 @@ def _result(index: int, episode: Attempt, answer: dict) -> dict:
     error = answer.get("error")
     if error is None:
         return {"index": index, **answer}
-    if error["code"] == "finished":
-        return _unstepped(index, episode, "refused", error["detail"])
     if error["status"] in (400, 404, 409, 413):  # the action itself, as the worker saw it
         return _unstepped(index, episode, "refused", error["detail"])
     kind = "infrastructure" if error["code"] in ("infrastructure", "gone") else "internal"
