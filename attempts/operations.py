@@ -202,15 +202,6 @@ LAST_USED_PRECISION = timedelta(seconds=1)
 
 def _live_session(attempt_id: int) -> tuple[Attempt, SandboxSession]:
     attempt = Attempt.objects.only(*LIVE_FIELDS).filter(pk=attempt_id).first()
-    _refuse_unless_live(attempt, attempt_id)
-    now = timezone.now()
-    if attempt.last_used_at is None or now - attempt.last_used_at >= LAST_USED_PRECISION:
-        Attempt.objects.filter(pk=attempt.pk).update(last_used_at=now)
-    return attempt, SandboxSession(attempt, Sandbox(attempt.container_id))
-
-
-def _refuse_unless_live(attempt: Attempt | None, attempt_id: int) -> None:
-    """Refused, saying why, unless the sandbox is live on this host."""
     if attempt is None:
         raise Refused(404, "not_found", f"no sandbox {attempt_id}")
     if attempt.sandbox_deleted_at or attempt.sandbox_state == SandboxState.DELETED:
@@ -219,6 +210,10 @@ def _refuse_unless_live(attempt: Attempt | None, attempt_id: int) -> None:
         raise Refused(409, "closed", f"sandbox {attempt_id} is {attempt.status}, not live")
     if attempt.host != settings.BOLTZ_HOST:
         raise Refused(502, "infrastructure", f"sandbox {attempt_id} lives on {attempt.host}")
+    now = timezone.now()
+    if attempt.last_used_at is None or now - attempt.last_used_at >= LAST_USED_PRECISION:
+        Attempt.objects.filter(pk=attempt.pk).update(last_used_at=now)
+    return attempt, SandboxSession(attempt, Sandbox(attempt.container_id))
 
 
 def _whole(attempt: Attempt) -> Attempt:
