@@ -11,7 +11,7 @@ $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 && $(PYTHON) -c "import ensurepip" 2>/dev/null || scripts/services.sh python
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,postgres,gym]'
+	$(PY) -m pip install -q -e '.[dev,postgres,gym,inspect,mini]'
 	touch $@
 
 services:

@@ -18,7 +18,7 @@ from django.utils.html import format_html, format_html_join
 from .datasets import FORMATS, export_lines, select_attempts
 from .deletion import attempt_delete, record_audit, task_delete
 from .errors import TaskInvalid
-from .models import Agent, ApiToken, Attempt, AuditEntry, Outcome, Task
+from .models import Agent, ApiToken, Attempt, AuditEntry, Evaluation, Outcome, Task
 from .services import SAFE_FILE_NAME, attempts_create
 from .task_forms import MultipleFileField, TaskAdminForm
 from .tokens import token_create, token_revoke
@@ -399,6 +399,26 @@ class AttemptAdmin(admin.ModelAdmin):
     def delete_queryset(self, request, queryset):
         for attempt in queryset:
             attempt_delete(attempt=attempt, by=request.user.get_username())
+
+
+@admin.register(Evaluation)
+class EvaluationAdmin(admin.ModelAdmin):
+    """SWE-bench predictions runs, read-only here: their pages are under Runs."""
+
+    list_display = ("run_id", "models_text", "state", "owner", "created_at", "finished_at")
+    list_filter = ("state",)
+    search_fields = ("run_id",)
+    readonly_fields = [f.name for f in Evaluation._meta.fields]
+
+    @admin.display(description="models")
+    def models_text(self, evaluation):
+        return ", ".join(evaluation.models_evaluated)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(AuditEntry)

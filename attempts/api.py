@@ -22,6 +22,7 @@ from .bundle import check_record
 from .callbacks import attempt_payload
 from .diffview import split_files
 from .errors import TaskInvalid
+from .image_tasks import has_check
 from .models import DONE_STATUSES, Attempt, CheckResult, Task
 from .sandboxes import ApiError, sandbox_for
 from .tokens import callback_key, token_user
@@ -44,6 +45,7 @@ api = NinjaAPI(
     urls_namespace="api",
 )
 api.add_router("/pools", pools_router)
+api.add_router("/evaluations", "attempts.api_evaluations.router")
 
 
 @api.exception_handler(ApiError)
@@ -100,7 +102,8 @@ class TaskOut(Schema):
 
 
 class SandboxIn(Schema):
-    task: str
+    task: str = ""
+    image: str = ""
     labels: dict[str, str] = {}
     agent: str = ""
     ttl: float | None = None
@@ -154,7 +157,9 @@ class ExecIn(Schema):
     env: dict[str, str] = {}
     timeout: float | None = None
     stdin: str | None = None
+    stdin_base64: str | None = None
     user: str | None = None
+    max_output: int | None = None
     stream: bool = False
 
 
@@ -339,6 +344,7 @@ def create_sandbox(request, body: SandboxIn):
     attempt = sandboxes.sandbox_create(
         user=request.user,
         task=body.task,
+        image=body.image,
         labels=body.labels,
         agent=body.agent,
         ttl=body.ttl,
@@ -378,7 +384,7 @@ def get_sandbox(request, sandbox_id: int):
 @api.post("/sandboxes/{sandbox_id}/exec", response={200: ExecOut, **ERRORS}, tags=["sandboxes"])
 def exec_command(request, sandbox_id: int, body: ExecIn):
     attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
-    stdin = base64.b64encode(body.stdin.encode()).decode() if body.stdin else None
+    stdin = sandboxes.exec_stdin(body.stdin, body.stdin_base64)
     answer = sandboxes.sandbox_exec(
         attempt,
         command=body.command,
@@ -388,6 +394,7 @@ def exec_command(request, sandbox_id: int, body: ExecIn):
         stdin=stdin,
         user=body.user,
         stream=body.stream,
+        max_output=body.max_output,
     )
     if body.stream:
 
@@ -416,11 +423,14 @@ def _exec_out(request, attempt: Attempt, answer: dict) -> dict:
 
 
 @api.get("/sandboxes/{sandbox_id}/files", response={200: None, **ERRORS}, tags=["files"])
-def read_file(request, sandbox_id: int, path: str):
+def read_file(request, sandbox_id: int, path: str, max_bytes: int | None = None):
     attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
-    answer = sandboxes.operate(
-        attempt, "read", {"path": sandboxes.workspace_path(path)}, timeout=180
-    )
+    args = {"path": sandboxes.workspace_path(path)}
+    if max_bytes is not None:
+        if max_bytes < 0:
+            raise ApiError(400, "invalid", "max_bytes: give a number of bytes (0 or more)")
+        args["max_bytes"] = max_bytes
+    answer = sandboxes.operate(attempt, "read", args, timeout=180)
     return HttpResponse(base64.b64decode(answer["data"]), content_type="application/octet-stream")
 
 
@@ -480,6 +490,12 @@ def upload_archive(request, sandbox_id: int, path: str = "."):
 def check_sandbox(request, sandbox_id: int):
     attempt = sandbox_for(request.user, sandbox_id)
     timeout = 2 * attempt.task.setup_timeout + attempt.task.check_timeout + 120
+    if not has_check(attempt.task):
+        raise ApiError(
+            409,
+            "no_check",
+            f"sandbox {attempt.pk} was started from an image, without a task: it has no check",
+        )
     answer = sandboxes.operate(attempt, "check", {}, timeout=timeout)
     return check_out(CheckResult.objects.get(pk=answer["check"]))
 

@@ -81,12 +81,18 @@ def deliver(attempt_id: int, try_number: int) -> bool:
 
 
 def attempt_ended(attempt_id: int, task_id: int) -> None:
-    """What follows the end of any attempt: its task's validation mark, and its callback."""
+    """What follows the end of any attempt: its task's validation mark, the report of the
+    predictions evaluation it belongs to (once its last attempt ended), and its callback."""
     from django.db import transaction
 
     from . import queueing
+    from .models import Evaluation
+    from .predictions import evaluation_refresh
     from .validation import refresh_validation
 
     refresh_validation(task_id)
+    evaluation = Evaluation.objects.filter(attempts__pk=attempt_id).first()
+    if evaluation is not None:
+        evaluation_refresh(evaluation)
     if Attempt.objects.filter(pk=attempt_id).exclude(callback_url="").exists():
         transaction.on_commit(lambda: queueing.enqueue_callback(attempt_id))

@@ -236,6 +236,10 @@ class Attempt(models.Model):
         "Pool", null=True, blank=True, on_delete=models.SET_NULL, related_name="episodes"
     )
     pool_index = models.PositiveIntegerField(null=True, blank=True)
+    # One prediction of a SWE-bench predictions evaluation (the run it belongs to).
+    evaluation = models.ForeignKey(
+        "Evaluation", null=True, blank=True, on_delete=models.SET_NULL, related_name="attempts"
+    )
     episode_steps = models.PositiveIntegerField(default=0)
     episode_end = models.CharField(
         max_length=16,
@@ -492,6 +496,56 @@ class Pool(models.Model):
     @property
     def mean_reward(self) -> float | None:
         return self.reward_sum / self.rewards if self.rewards else None
+
+
+class Evaluation(models.Model):
+    """SWE-bench predictions evaluated as a run: one attempt per prediction (its `attempts`),
+    and, once they have all ended, the report in the harness's format (predictions.py)."""
+
+    class State(models.TextChoices):
+        RUNNING = "running"
+        FINISHED = "finished"
+
+    run_id = models.CharField(max_length=100, db_index=True)
+    models_evaluated = models.JSONField(
+        default=list, blank=True, help_text="The model_name_or_path of its predictions."
+    )
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="evaluations",
+    )
+    source = models.CharField(max_length=300, blank=True, help_text="Predictions file, or api.")
+    image = models.CharField(max_length=300, blank=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.RUNNING)
+    dataset_ids = models.JSONField(
+        default=list, blank=True, help_text="Instance ids of every dataset row it was given."
+    )
+    items = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="One per accepted prediction: {line, instance_id, model, task, attempt, "
+        "empty, error, FAIL_TO_PASS, PASS_TO_PASS}.",
+    )
+    refused = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Predictions not evaluated: [{line, instance_id, reason}].",
+    )
+    report = models.JSONField(null=True, blank=True, help_text="The harness-format run report.")
+    created_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"evaluation {self.pk} ({self.run_id})"
+
+    def get_absolute_url(self) -> str:
+        return reverse("attempts:run", args=[self.pk])
 
 
 class ApiToken(models.Model):

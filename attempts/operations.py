@@ -23,11 +23,13 @@ from .changes import ChangesUnavailable
 from .episodes import end_episode
 from .errors import AttemptGone, InfrastructureError, SandboxGone
 from .heartbeat import beating
+from .image_tasks import has_check
 from .models import Actor, Attempt, CheckResult, EventKind, Outcome, SandboxState, Status
 from .runner import AttemptRunner, claim, scratch_folder, verdict_of
 from .sandbox.runtime import Sandbox
 from .session import FileOpError, SandboxSession, update_attempt
 from .trees import AttemptTrees
+from .users import UserRefused, resolve_user
 
 log = logging.getLogger(__name__)
 
@@ -94,13 +96,20 @@ class SandboxHolder(AttemptRunner):
             self.trees.record(self.session)
             self.timings["record"] = round(time.monotonic() - mark, 3)
             result = None
-            if attempt.close_with_check:
+            if attempt.close_with_check and has_check(self.task):
                 stage, mark = "check", time.monotonic()
                 result = self.check()
                 self.timings["check"] = round(time.monotonic() - mark, 3)
             last = result or attempt.checks.order_by("-pk").first()
             if last is None:
-                outcome, reason = "", "closed without a check"
+                outcome, reason = (
+                    "",
+                    (
+                        "closed without a check"
+                        if has_check(self.task)
+                        else "closed (a sandbox from an image has no check)"
+                    ),
+                )
             else:
                 score = last.score
                 outcome, reason = verdict_of(self.task, last)
@@ -246,14 +255,21 @@ def _exec(
     env: dict | None = None,
     timeout: float | None = None,
     stdin: str | None = None,
+    user: str = "",
     request: str = "",
     number: int | None = None,
 ) -> dict:
     display = None
+    run_as = _run_as(session, user) if user else None
     if stdin:
         staged = f"/tmp/.boltz-stdin-{time.monotonic_ns()}"
         session.sandbox.put_archive(
-            "/", files.files_tar({staged.lstrip("/"): base64.b64decode(stdin)}, mode=0o600)
+            "/",
+            files.files_tar(
+                {staged.lstrip("/"): base64.b64decode(stdin)},
+                mode=0o600,
+                owner=tuple(int(n) for n in run_as.split(":")) if run_as else None,
+            ),
         )
         if isinstance(command, str):
             script = f'exec < "$0"; rm -f "$0"; {command}'
@@ -271,12 +287,26 @@ def _exec(
         request=request,
         display=display,
         number=number,
+        user=run_as,
     )
     return exec_result(run)
 
 
-def _read(attempt, session, *, path: str) -> dict:
-    data = files.read_file(session, path, max_bytes=settings.BOLTZ_MAX_FILE_BYTES)
+def _run_as(session: SandboxSession, user: str) -> str:
+    """`uid:gid` of a user of the sandbox's image (never root), from its own passwd file."""
+    found = {
+        name: session.sandbox.read_files(f"/etc/{name}", max_bytes=4 << 20).get(name, b"")
+        for name in ("passwd", "group")
+    }
+    try:
+        return resolve_user(user, passwd=found["passwd"], group=found["group"])
+    except UserRefused as exc:
+        raise Refused(400, exc.code, f"user: {exc.message}") from None
+
+
+def _read(attempt, session, *, path: str, max_bytes: int | None = None) -> dict:
+    limit = settings.BOLTZ_MAX_FILE_BYTES if max_bytes is None else max_bytes
+    data = files.read_file(session, path, max_bytes=min(limit, settings.BOLTZ_MAX_FILE_BYTES))
     return {"data": base64.b64encode(data).decode()}
 
 

@@ -94,22 +94,26 @@ def pool_create(
                 400, "invalid", f"size: {size} is not the number of tasks ({len(tasks)})"
             )
         slugs = list(tasks)
-    known = set(Task.objects.filter(slug__in=set(slugs)).values_list("slug", flat=True))
+    known = dict(Task.objects.filter(slug__in=set(slugs)).values_list("slug", "check_command"))
     for i, slug in enumerate(slugs):
+        field = "task" if task is not None else f"tasks[{i}]"
         if slug not in known:
-            field = "task" if task is not None else f"tasks[{i}]"
             raise ApiError(
                 404, "not_found", f"{field}: no task {slug!r}: GET /api/tasks lists them"
+            )
+        if not known[slug].strip():
+            raise ApiError(
+                400, "invalid", f"{field}: {slug} has no check (it holds image sandboxes)"
             )
     max_steps = DEFAULT_MAX_STEPS if max_steps is None else max_steps
     if not isinstance(max_steps, int) or not 1 <= max_steps <= 100_000:
         raise ApiError(400, "invalid", "max_steps: give the steps an episode may take, 1 to 100000")
     seconds = DEFAULT_EPISODE_SECONDS if episode_seconds is None else float(episode_seconds)
-    if not math.isfinite(seconds) or not 0 < seconds <= settings.BOLTZ_SANDBOX_MAX_TTL:
+    if not math.isfinite(seconds) or not 1 <= seconds <= settings.BOLTZ_SANDBOX_MAX_TTL:
         raise ApiError(
             400,
             "invalid",
-            f"episode_seconds: give seconds up to {settings.BOLTZ_SANDBOX_MAX_TTL:g} "
+            f"episode_seconds: give seconds, 1 to {settings.BOLTZ_SANDBOX_MAX_TTL:g} "
             "(BOLTZ_SANDBOX_MAX_TTL)",
         )
     return Pool.objects.create(

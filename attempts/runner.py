@@ -329,6 +329,12 @@ class AttemptRunner:
         if agent is not None and agent.result.timed_out:
             limit = self.task.agent_timeout
             return Outcome.AGENT_TIMEOUT, f"the agent ran past its {limit:g}s limit and was killed"
+        if (
+            agent is not None
+            and self.attempt.agent_command == agents.PATCH_COMMAND
+            and agent.result.exit_code == agents.PATCH_NOT_APPLIED
+        ):  # the patch agent's patch did not apply: that attempt's failure, as in SWE-bench
+            return Outcome.FAILED, agents.not_applied_reason(agent.stderr.text())
         outcome, reason = verdict_of(self.task, result)
         return outcome, reason or (self.agent_oom if outcome == Outcome.FAILED else "")
 

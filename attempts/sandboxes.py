@@ -5,9 +5,12 @@ host that owns the container (an operation call, opcalls.py) with a finite wait.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import math
 import posixpath
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,12 +18,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.files.storage import default_storage
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from . import opcalls, queueing
 from .deletion import sandbox_delete as sandbox_files_delete
+from .errors import TaskInvalid
 from .hosts import host_alive
+from .image_tasks import image_task
 from .models import (
     DONE_STATUSES,
     Actor,
@@ -34,6 +40,7 @@ from .models import (
 )
 from .services import numbered_attempt
 from .timeline import Timeline, clip
+from .workspace import SANDBOX_UID
 
 WORKSPACE = "/workspace"
 # Room past an operation's own time before the web stops waiting for its worker.
@@ -106,23 +113,35 @@ def workspace_path(path: str) -> str:
 def sandbox_create(
     *,
     user,
-    task: str,
+    task: str = "",
+    image: str = "",
     labels: dict[str, str] | None = None,
     agent: str = "",
     ttl: float | None = None,
     idle_timeout: float | None = None,
     wait: float = 60.0,
 ) -> Attempt:
-    """A new sandbox from a task, live when this returns. Over capacity it waits up to `wait`
-    seconds for a host with room, then gives up: ApiError 429 with a time to retry."""
-    found = Task.objects.filter(slug=task).first()
+    """A new sandbox from a task (or, with `image` and no task, an empty one from that image),
+    live when this returns. Over capacity it waits up to `wait` seconds for a host with room,
+    then gives up: ApiError 429 with a time to retry."""
+    if bool(task) == bool(image):
+        raise ApiError(
+            400, "invalid", "task or image: give a task's name, or an image for a task-less sandbox"
+        )
+    if image:
+        try:
+            found = image_task(image)
+        except TaskInvalid as exc:
+            raise ApiError(400, "invalid", exc.message) from None
+    else:
+        found = Task.objects.filter(slug=task).first()
     if found is None:
         raise ApiError(404, "not_found", f"no task {task!r}: GET /api/tasks lists them")
     labels = {str(k)[:100]: str(v)[:300] for k, v in (labels or {}).items()}
     ttl = min(float(ttl or settings.BOLTZ_SANDBOX_DEFAULT_TTL), settings.BOLTZ_SANDBOX_MAX_TTL)
     idle = float(idle_timeout or settings.BOLTZ_SANDBOX_IDLE_TIMEOUT)
-    if ttl <= 0 or idle <= 0 or not math.isfinite(ttl + idle):
-        raise ApiError(400, "invalid", "ttl and idle_timeout: give positive numbers of seconds")
+    if ttl < 1 or idle < 1 or not math.isfinite(ttl + idle):
+        raise ApiError(400, "invalid", "ttl and idle_timeout: give numbers of seconds, 1 or more")
     attempt = sandbox_attempt(
         found, user=user, agent=agent or "api", labels=labels, ttl=ttl, idle=idle
     )
@@ -174,11 +193,16 @@ def wait_live_all(attempts: list[Attempt], *, wait: float) -> dict[int, Attempt 
     deadline = time.monotonic() + wait
     setting_up_until: float | None = None  # started before the deadline: given 60 s more
     while pending:
-        rows = Attempt.objects.filter(pk__in=pending).values_list("pk", "status", "failure_reason")
+        rows = Attempt.objects.filter(pk__in=pending).values_list(
+            "pk", "status", "outcome", "failure_reason"
+        )
         seen = set()
-        for pk, status, reason in rows:
+        for pk, status, outcome, reason in rows:
             seen.add(pk)
-            if status == Status.RUNNING:
+            # Live, or live and closed already (its time ran out before we looked): started.
+            if status == Status.RUNNING or (
+                status == Status.FINISHED and outcome != Outcome.INFRA_ERROR
+            ):
                 got[pk] = None  # loaded whole below
                 pending.discard(pk)
             elif status in DONE_STATUSES:
@@ -309,11 +333,26 @@ def exec_stream(attempt: Attempt, args: dict, *, timeout: float) -> Iterator[dic
 
 
 def sandbox_exec(
-    attempt: Attempt, *, command, cwd, env, timeout, stdin, user, stream: bool = False
+    attempt: Attempt,
+    *,
+    command,
+    cwd,
+    env,
+    timeout,
+    stdin,
+    user,
+    stream: bool = False,
+    max_output: int | None = None,
 ):
-    """Run a command; its result, or (with `stream`) an iterator of output then result."""
-    if user not in (None, "", "sandbox", "1000"):
-        raise ApiError(400, "invalid", "user: commands run as the sandbox user (uid 1000)")
+    """Run a command; its result, or (with `stream`) an iterator of output then result.
+    `max_output`: streams up to this many bytes come back whole (else head and tail)."""
+    if max_output is not None and not 0 <= max_output <= settings.BOLTZ_MAX_FILE_BYTES:
+        raise ApiError(
+            400,
+            "invalid",
+            f"max_output: give bytes up to {settings.BOLTZ_MAX_FILE_BYTES} (BOLTZ_MAX_FILE_BYTES)",
+        )
+    user = exec_user(user)
     if isinstance(command, list) and not command or command == "":
         raise ApiError(400, "invalid", "command: give a shell command or a non-empty argv")
     timeout = float(timeout or 600.0)
@@ -328,9 +367,72 @@ def sandbox_exec(
         "stdin": stdin,
         "request": request,
     }
+    if user:
+        args["user"] = user
     if stream:
-        return exec_stream(attempt, args, timeout=timeout + OPERATION_MARGIN)
-    return operate(attempt, "exec", args, timeout=timeout + OPERATION_MARGIN)
+        return (
+            {"result": whole_output(item["result"], max_output)} if "result" in item else item
+            for item in exec_stream(attempt, args, timeout=timeout + OPERATION_MARGIN)
+        )
+    answer = operate(attempt, "exec", args, timeout=timeout + OPERATION_MARGIN)
+    return whole_output(answer, max_output)
+
+
+def exec_stdin(text: str | None, encoded: str | None) -> str | None:
+    """An exec's standard input as base64 (as the worker takes it): text, or bytes given as
+    base64; None for none (an empty input reads as end of file either way)."""
+    if text is not None and encoded is not None:
+        raise ApiError(400, "invalid", "stdin, stdin_base64: give one of them, not both")
+    if encoded is None:
+        return base64.b64encode(text.encode()).decode() if text else None
+    try:
+        data = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise ApiError(400, "invalid", "stdin_base64: not valid base64") from None
+    return encoded if data else None
+
+
+def whole_output(answer: dict, max_output: int | None) -> dict:
+    """An exec's answer with each stream of at most `max_output` bytes whole, read from the
+    raw output the worker stored (the answer itself carries only its head and tail)."""
+    if not max_output or not answer.get("truncated"):
+        return answer
+    whole = True
+    for stream in ("stdout", "stderr"):
+        size, name = answer.get(f"{stream}_bytes", 0), answer.get("raw", {}).get(stream, "")
+        if not size:
+            continue
+        if size > max_output or not name:
+            whole = False
+            continue
+        with default_storage.open(name) as handle:
+            data = handle.read(size + 1)
+        if len(data) != size:
+            whole = False
+            continue
+        answer[stream] = data.decode("utf-8", errors="replace")
+    answer["truncated"] = not whole
+    return answer
+
+
+USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\$?")
+
+
+def exec_user(user: str | None) -> str:
+    """Who a command runs as: "" for the sandbox user, else a user name or uid the worker
+    looks up in the sandbox. Root never: the sandbox rules keep every command unprivileged."""
+    user = (user or "").strip()
+    if user in ("", "sandbox", str(SANDBOX_UID)):
+        return ""
+    if not USER_NAME.fullmatch(user):
+        raise ApiError(400, "invalid", "user: give a user name or a uid (no group)")
+    if user in ("root", "0"):
+        raise ApiError(
+            400,
+            "user_not_allowed",
+            "user: commands never run as root in a Boltz sandbox (uid 0); give a non-root user",
+        )
+    return user
 
 
 def sandbox_message(attempt: Attempt, *, role: str, content: str) -> None:

@@ -14,6 +14,7 @@ from .models import (
     SCORED_OUTCOMES,
     Attempt,
     CheckResult,
+    Evaluation,
     Outcome,
     Task,
     TestOutcome,
@@ -183,4 +184,67 @@ def plot_points(task: Task, limit: int = 500) -> dict:
         "first": lo,
         "last": hi,
         "baseline": height - pad,
+    }
+
+
+# --- SWE-bench prediction runs (predictions.py) ---------------------------------------------------
+def attempt_result(attempt: Attempt) -> str:
+    """A run's attempt as a result: resolved, unresolved, empty, error (infrastructure or
+    cancelled) or running. (The run's report reads one thing more: whether the patch applied.)"""
+    if (attempt.labels or {}).get("patch") == "empty":
+        return "empty"
+    if attempt.status not in DONE_STATUSES:
+        return "running"
+    if attempt.outcome == Outcome.PASSED:
+        return "resolved"
+    if attempt.outcome in (Outcome.FAILED, Outcome.AGENT_TIMEOUT):
+        return "unresolved"
+    return "error"
+
+
+def run_names(*, task: Task | None = None) -> list[str]:
+    """Every run's name (of evaluations with attempts at `task`, when given), newest first."""
+    runs = Evaluation.objects.all()
+    if task is not None:
+        runs = runs.filter(attempts__task=task)
+    names = runs.order_by("-created_at", "-pk").values_list("run_id", flat=True)
+    return list(dict.fromkeys(names))
+
+
+def run_latest_attempts(run_id: str, *, task: Task | None = None) -> dict[int, Attempt]:
+    """A run's latest attempt at each task (a run may be evaluated more than once), by task id."""
+    attempts = (
+        Attempt.objects.filter(evaluation__run_id=run_id)
+        .select_related("task")
+        .only(
+            "id", "number", "status", "outcome", "failure_reason", "labels", "agent", "task__slug"
+        )
+        .order_by("pk")
+    )
+    if task is not None:
+        attempts = attempts.filter(task=task)
+    return {a.task_id: a for a in attempts}
+
+
+def runs_compared(a: str, b: str, *, task: Task | None = None) -> dict:
+    """Two runs side by side: the instances resolved by one and not the other (both ways), with
+    both attempts, and how many each resolved, both resolved, or only one attempted."""
+    first, second = run_latest_attempts(a, task=task), run_latest_attempts(b, task=task)
+    rows = []
+    for task_id in sorted(set(first) & set(second), key=lambda t: first[t].task.slug):
+        x, y = first[task_id], second[task_id]
+        rows.append(
+            {"task": x.task, "a": x, "b": y, "ra": attempt_result(x), "rb": attempt_result(y)}
+        )
+    return {
+        "a": a,
+        "b": b,
+        "only_a": [r for r in rows if r["ra"] == "resolved" and r["rb"] != "resolved"],
+        "only_b": [r for r in rows if r["rb"] == "resolved" and r["ra"] != "resolved"],
+        "both": sum(1 for r in rows if r["ra"] == r["rb"] == "resolved"),
+        "common": len(rows),
+        "resolved_a": sum(1 for t in first.values() if attempt_result(t) == "resolved"),
+        "resolved_b": sum(1 for t in second.values() if attempt_result(t) == "resolved"),
+        "attempted_a": len(first),
+        "attempted_b": len(second),
     }

@@ -16,6 +16,7 @@ from .callbacks import attempt_ended
 from .datasets import export_lines, select_attempts
 from .deletion import record_audit
 from .errors import TaskInvalid
+from .image_tasks import require_check
 from .models import (
     DONE_STATUSES,
     Actor,
@@ -57,6 +58,7 @@ def attempts_create(
     count: int = 1,
 ) -> list[Attempt]:
     """`count` attempts with the same agent, which is resolved and checked once."""
+    require_check(task)
     choice = agents.resolve_agent(task, agent, command, files)
     if sum(len(d) for d in choice.files.values()) > MAX_AGENT_FILES_BYTES:
         raise TaskInvalid("files", f"agent files may add up to {MAX_AGENT_FILES_BYTES} bytes")
@@ -152,11 +154,17 @@ def attempt_cancel(*, attempt: Attempt, by: str) -> bool:
 
 def attempt_rerun(*, attempt: Attempt, by: str) -> Attempt:
     """A new attempt at the same task with the same agent, command and files."""
-    if attempt.agent in agents.BUILTIN_AGENTS:
+    patched = attempt.agent_command == agents.PATCH_COMMAND  # labelled with its model's name
+    if attempt.agent in agents.BUILTIN_AGENTS or patched:
         files = read_stored(attempt.agent_files)
         new = attempt_create(
-            task=attempt.task, agent=attempt.agent, command=attempt.agent_command, files=files
+            task=attempt.task,
+            agent="patch" if patched else attempt.agent,
+            command=attempt.agent_command,
+            files=files,
         )
+        if patched:
+            Attempt.objects.filter(pk=new.pk).update(agent=attempt.agent)
     else:  # a saved agent: as it is saved now
         new = attempt_create(task=attempt.task, agent=attempt.agent)
     Attempt.objects.filter(pk=new.pk).update(rerun_of=attempt)

@@ -51,8 +51,11 @@ class CommandRun:
         return self.stdout.truncated or self.stderr.truncated
 
 
-def files_tar(entries: dict[str, bytes], *, mode: int = 0o644) -> bytes:
-    """A tar of files (path -> bytes) owned by the sandbox user, with their parent folders."""
+def files_tar(
+    entries: dict[str, bytes], *, mode: int = 0o644, owner: tuple[int, int] | None = None
+) -> bytes:
+    """A tar of files (path -> bytes) owned by the sandbox user (or `owner`, uid and gid, for
+    the files), with their parent folders."""
     buffer = io.BytesIO()
     folders: set[str] = set()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
@@ -67,7 +70,11 @@ def files_tar(entries: dict[str, bytes], *, mode: int = 0o644) -> bytes:
                     tar.addfile(sandbox_owned(info))
             info = tarfile.TarInfo(path)
             info.size, info.mode, info.mtime = len(data), mode, int(time.time())
-            tar.addfile(sandbox_owned(info), io.BytesIO(data))
+            info = sandbox_owned(info)
+            if owner is not None:
+                info.uid, info.gid = owner
+                info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
 
 
@@ -121,10 +128,12 @@ class SandboxSession:
         workdir: str = "/workspace",
         request: str = "",
         number: int | None = None,
+        user: str | None = None,
     ) -> CommandRun:
         """Run a command with events for its start, live output and end. A string runs in
         /bin/sh; a list is argv. `request` tags the events (an API call waiting on them).
-        `number`: an exec number already taken from the attempt's counter (else the next)."""
+        `number`: an exec number already taken from the attempt's counter (else the next).
+        `user`: `uid:gid` to run as (else the sandbox user)."""
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else command
         shown = display or (command if isinstance(command, str) else shlex.join(command))
         with transaction.atomic():  # its number and its start: one write
@@ -135,6 +144,8 @@ class SandboxSession:
                 base["request"] = request
             if workdir != "/workspace":
                 base["cwd"] = workdir
+            if user:
+                base["user"] = user
             self.timeline.add(EventKind.EXEC, actor=actor, phase="start", timeout=timeout, **base)
         head = settings.BOLTZ_OUTPUT_HEAD_BYTES if head_limit is None else head_limit
         tail = settings.BOLTZ_OUTPUT_TAIL_BYTES if tail_limit is None else tail_limit
@@ -192,6 +203,7 @@ class SandboxSession:
                     on_tick=on_tick,
                     environment=environment,
                     workdir=workdir,
+                    **({"user": user} if user else {}),
                 )
             except AttemptStopped as exc:
                 # Cancelled mid-command: the output so far and the end still belong in the record.

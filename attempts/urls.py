@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import actions, views, views_pools
+from . import actions, views, views_pools, views_runs
 
 app_name = "attempts"
 urlpatterns = [
@@ -24,4 +24,8 @@ urlpatterns = [
     path("attempts/<int:pk>/delete/<str:level>/", actions.delete_attempt, name="attempt-delete"),
     path("pools/", views_pools.pool_list, name="pools"),
     path("pools/<int:pk>/", views_pools.pool_detail, name="pool"),
+    path("runs/", views_runs.run_list, name="runs"),
+    path("runs/compare/", views_runs.runs_compare, name="runs-compare"),
+    path("runs/<int:pk>/", views_runs.run_detail, name="run"),
+    path("runs/<int:pk>/report.json", views_runs.run_report, name="run-report"),
 ]

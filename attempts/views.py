@@ -8,6 +8,7 @@ import unidiff
 from django.contrib.auth.decorators import login_required, permission_required
 from django.core.files.storage import default_storage
 from django.core.paginator import Paginator
+from django.db.models import F
 from django.http import FileResponse, Http404, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 
@@ -16,7 +17,14 @@ from .bundle import bundle_filename
 from .datasets import FORMATS
 from .models import DONE_STATUSES, Agent, Attempt, AuditEntry, EventKind, Outcome, Task
 from .presenters import timeline_items
-from .selectors import attempt_or_404, latest_checks, plot_points, task_rows, test_grid
+from .selectors import (
+    attempt_or_404,
+    latest_checks,
+    plot_points,
+    run_names,
+    task_rows,
+    test_grid,
+)
 
 ATTEMPTS_PER_PAGE = 50
 view_required = permission_required(auth.VIEW, raise_exception=True)
@@ -41,11 +49,16 @@ def task_list(request):
 def _task_attempts_context(request, task: Task) -> dict:
     outcome = request.GET.get("outcome", "")
     agent = request.GET.get("agent", "")
-    attempts = task.attempts.defer("diff").order_by("-number")
+    run = request.GET.get("run", "")
+    attempts = (
+        task.attempts.defer("diff").annotate(run_id=F("evaluation__run_id")).order_by("-number")
+    )
     if outcome:
         attempts = attempts.filter(outcome=outcome)
     if agent:
         attempts = attempts.filter(agent=agent)
+    if run:
+        attempts = attempts.filter(evaluation__run_id=run)
     page = Paginator(attempts, ATTEMPTS_PER_PAGE).get_page(request.GET.get("page"))
     rows = list(page.object_list)
     checks = latest_checks([a.pk for a in rows])
@@ -59,6 +72,7 @@ def _task_attempts_context(request, task: Task) -> dict:
         "attempts": rows,
         "outcome": outcome,
         "agent": agent,
+        "run": run,
         "live": any(a.status not in DONE_STATUSES for a in rows),
         "query": query.urlencode(),
     }
@@ -82,6 +96,7 @@ def task_detail(request, slug):
             "numbers": list(
                 task.attempts.order_by("-number").values_list("number", flat=True)[:200]
             ),
+            "runs": run_names(task=task),
         }
     )
     return render(request, "attempts/task_detail.html", context)

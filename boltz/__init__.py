@@ -30,6 +30,7 @@ from .errors import (
     SandboxGone,
     UnsafeArchive,
 )
+from .evaluations import EvaluationReport, InstanceResult, PredictionRefusal
 from .pool_types import Action, EnvInfo, GroupStats, Observation, PoolInfo, StepResult
 from .pools import AsyncPool, Pool
 from .types import (
@@ -45,6 +46,9 @@ from .types import (
 )
 
 __all__ = [
+    "EvaluationReport",
+    "InstanceResult",
+    "PredictionRefusal",
     "Action",
     "AsyncClient",
     "AsyncPool",

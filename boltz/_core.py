@@ -3,6 +3,7 @@ answers into results or exceptions, and the exec stream reader. Nothing here doe
 
 from __future__ import annotations
 
+import base64
 import datetime
 import inspect
 import json
@@ -199,16 +200,18 @@ class Settings:
 
 
 def create_sandbox(
-    task: str,
+    task: str | None,
     labels: Mapping[str, str] | None,
     agent: str | None,
     ttl: float | datetime.timedelta | None,
     idle_timeout: float | datetime.timedelta | None,
     wait: float | datetime.timedelta | None,
+    image: str | None = None,
 ) -> Call:
     body = _compact(
         {
             "task": task,
+            "image": image,
             "labels": dict(labels) if labels else None,
             "agent": agent,
             "ttl": _number(ttl),
@@ -245,9 +248,11 @@ def exec_command(
     stdin: str | bytes | None,
     user: str | None,
     stream: bool,
+    max_output: int | None = None,
 ) -> Call:
+    stdin_base64 = None
     if isinstance(stdin, (bytes, bytearray)):
-        stdin = bytes(stdin).decode("utf-8")
+        stdin, stdin_base64 = None, base64.b64encode(bytes(stdin)).decode("ascii")
     if not isinstance(command, str):
         command = [str(part) for part in command]
     body = _compact(
@@ -257,7 +262,9 @@ def exec_command(
             "env": {str(k): str(v) for k, v in env.items()} if env else None,
             "timeout": _number(timeout),
             "stdin": stdin,
+            "stdin_base64": stdin_base64,
             "user": user,
+            "max_output": max_output,
         }
     )
     if stream:
@@ -271,10 +278,11 @@ def exec_command(
     )
 
 
-def read_file(sandbox_id: Any, path: str) -> Call:
-    return Call(
-        "GET", f"/api/sandboxes/{_id(sandbox_id)}/files", params=[("path", path)], expect="bytes"
-    )
+def read_file(sandbox_id: Any, path: str, max_bytes: int | None = None) -> Call:
+    params = [("path", path)]
+    if max_bytes is not None:
+        params.append(("max_bytes", str(int(max_bytes))))
+    return Call("GET", f"/api/sandboxes/{_id(sandbox_id)}/files", params=params, expect="bytes")
 
 
 def write_file(sandbox_id: Any, path: str, data: bytes | str, mode: int | None) -> Call:
@@ -585,3 +593,27 @@ def step_env(pool_id: Any, index: int, action: Any, timeout: float | None) -> Ca
 
 def close_pool(pool_id: Any) -> Call:
     return Call("POST", f"/api/pools/{_id(pool_id)}/close", json={}, wait=OPERATION)
+
+
+# The calls of SWE-bench predictions evaluations (docs/API.md).
+
+
+def create_evaluation(
+    predictions: Any, dataset: Any, run_id: str | None, image: str | None
+) -> Call:
+    from .evaluations import evaluation_input
+
+    body = _compact(
+        {
+            "predictions": evaluation_input(predictions),
+            "dataset": evaluation_input(dataset),
+            "run_id": run_id,
+            "image": image,
+        }
+    )
+    # The server imports the dataset rows the predictions name before it answers.
+    return Call("POST", "/api/evaluations", json=body, wait=OPERATION)
+
+
+def get_evaluation(evaluation_id: Any) -> Call:
+    return Call("GET", f"/api/evaluations/{_id(evaluation_id)}")

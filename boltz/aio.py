@@ -37,6 +37,7 @@ from .errors import (
     SandboxClosed,
     SandboxGone,
 )
+from .evaluations import EvaluationReport, Waiting
 from .pool_types import PoolInfo
 from .pools import AsyncPool
 from .types import Attempt, CheckResult, Diff, ExecResult, FileInfo, SandboxInfo, Task
@@ -120,8 +121,9 @@ class AsyncClient:
 
     def sandbox(
         self,
-        task: str,
+        task: str | None = None,
         *,
+        image: str | None = None,
         labels: Mapping[str, str] | None = None,
         agent: str | None = None,
         ttl: Seconds | None = None,
@@ -130,7 +132,7 @@ class AsyncClient:
     ) -> _SandboxStart:
         """Start a sandbox from `task`: `await` it, or use it in `async with` (closed on exit)."""
         return _SandboxStart(
-            self, _core.create_sandbox(task, labels, agent, ttl, idle_timeout, wait)
+            self, _core.create_sandbox(task, labels, agent, ttl, idle_timeout, wait, image=image)
         )
 
     async def get_sandbox(self, sandbox_id: int) -> AsyncSandbox:
@@ -197,6 +199,37 @@ class AsyncClient:
     async def get_pool(self, pool_id: int) -> AsyncPool:
         return AsyncPool(self, PoolInfo.from_json(await self._request(_core.get_pool(pool_id))))
 
+    # SWE-bench predictions
+
+    async def evaluate(
+        self,
+        predictions: Any,
+        dataset: Any,
+        *,
+        run_id: str | None = None,
+        image: str | None = None,
+        wait: bool = True,
+        timeout: Seconds = 3600,
+    ) -> EvaluationReport:
+        """`Client.evaluate`, awaited."""
+        call = _core.create_evaluation(predictions, dataset, run_id, image)
+        report = EvaluationReport.from_json(await self._request(call))
+        if not wait or report.finished:
+            return report
+        return await self.evaluation(report.id, wait=True, timeout=timeout)
+
+    async def evaluation(
+        self, evaluation_id: int, *, wait: bool = False, timeout: Seconds = 3600
+    ) -> EvaluationReport:
+        """An evaluation as it stands; with `wait`, once it has finished."""
+        waiting = Waiting(timeout)
+        while True:
+            data = await self._request(_core.get_evaluation(evaluation_id))
+            report = EvaluationReport.from_json(data)
+            if report.finished or not wait:
+                return report
+            await asyncio.sleep(waiting.pause(report))
+
     # Lifecycle
 
     async def close(self) -> None:
@@ -256,6 +289,7 @@ class AsyncSandbox(SandboxBase):
         user: str | None = None,
         stream: bool = False,
         on_output: OutputCallback | None = None,
+        max_output: int | None = None,
     ) -> ExecResult:
         """See `Sandbox.exec`. `on_output` may be a plain function or a coroutine function."""
         streaming = stream or on_output is not None
@@ -268,6 +302,7 @@ class AsyncSandbox(SandboxBase):
             stdin=stdin,
             user=user,
             stream=streaming,
+            max_output=max_output,
         )
         if streaming:
             return await self.client._stream_exec(call, on_output)
@@ -324,8 +359,10 @@ class AsyncFiles:
             exc.filename = path
             raise
 
-    async def read(self, path: str, *, text: bool = False) -> bytes | str:
-        data = await self._request(_core.read_file(self._sandbox.id, path), path)
+    async def read(
+        self, path: str, *, text: bool = False, max_bytes: int | None = None
+    ) -> bytes | str:
+        data = await self._request(_core.read_file(self._sandbox.id, path, max_bytes), path)
         return data.decode("utf-8", errors="replace") if text else data
 
     async def write(self, path: str, data: bytes | str, *, mode: int | None = 0o644) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from .errors import (
     SandboxClosed,
     SandboxGone,
 )
+from .evaluations import EvaluationReport, Waiting
 from .pool_types import PoolInfo
 from .pools import Pool
 from .types import Attempt, CheckResult, Diff, ExecResult, FileInfo, SandboxInfo, Task
@@ -108,20 +110,24 @@ class Client:
 
     def sandbox(
         self,
-        task: str,
+        task: str | None = None,
         *,
+        image: str | None = None,
         labels: Mapping[str, str] | None = None,
         agent: str | None = None,
         ttl: Seconds | None = None,
         idle_timeout: Seconds | None = None,
         wait: Seconds | None = None,
     ) -> Sandbox:
-        """Start a sandbox from `task`; a context manager that closes it on exit.
+        """Start a sandbox from `task` (or, with `image` instead, an empty one from that image,
+        with no check); a context manager that closes it on exit.
 
         `ttl` and `idle_timeout` are seconds after which the server closes it; `wait` how long
         to wait for room when every host is full (then `CapacityError`).
         """
-        data = self._request(_core.create_sandbox(task, labels, agent, ttl, idle_timeout, wait))
+        data = self._request(
+            _core.create_sandbox(task, labels, agent, ttl, idle_timeout, wait, image=image)
+        )
         return Sandbox(self, SandboxInfo.from_json(data))
 
     def get_sandbox(self, sandbox_id: int) -> Sandbox:
@@ -191,6 +197,41 @@ class Client:
     def get_pool(self, pool_id: int) -> Pool:
         return Pool(self, PoolInfo.from_json(self._request(_core.get_pool(pool_id))))
 
+    # SWE-bench predictions
+
+    def evaluate(
+        self,
+        predictions: Any,
+        dataset: Any,
+        *,
+        run_id: str | None = None,
+        image: str | None = None,
+        wait: bool = True,
+        timeout: Seconds = 3600,
+    ) -> EvaluationReport:
+        """Evaluate SWE-bench predictions (instance_id, model_name_or_path, model_patch) against
+        `dataset` rows: one attempt each, reported as the harness reports. Each of the two is a
+        list of objects, a path to a JSONL / JSON file, or such a file's text. With `wait`,
+        returns once every attempt has ended (`OperationTimeout` after `timeout` seconds);
+        without, at once (`client.evaluation(id, wait=True)` waits later). See docs/SDK.md."""
+        call = _core.create_evaluation(predictions, dataset, run_id, image)
+        report = EvaluationReport.from_json(self._request(call))
+        if not wait or report.finished:
+            return report
+        return self.evaluation(report.id, wait=True, timeout=timeout)
+
+    def evaluation(
+        self, evaluation_id: int, *, wait: bool = False, timeout: Seconds = 3600
+    ) -> EvaluationReport:
+        """An evaluation as it stands; with `wait`, once it has finished."""
+        waiting = Waiting(timeout)
+        while True:
+            data = self._request(_core.get_evaluation(evaluation_id))
+            report = EvaluationReport.from_json(data)
+            if report.finished or not wait:
+                return report
+            time.sleep(waiting.pause(report))
+
     # Lifecycle
 
     def close(self) -> None:
@@ -223,12 +264,15 @@ class Sandbox(SandboxBase):
         user: str | None = None,
         stream: bool = False,
         on_output: OutputCallback | None = None,
+        max_output: int | None = None,
     ) -> ExecResult:
         """Run `command` (a shell string, or a list of arguments) in the sandbox.
 
         A non-zero exit is a normal result (see `ExecResult.ok`). With `stream=True` or an
         `on_output(stream, text)` callback the output arrives while it runs (printed to our
-        stdout/stderr when no callback is given).
+        stdout/stderr when no callback is given). `stdin` as bytes is sent as they are; `user`
+        runs it as another (non-root) user of the image. Long output comes back as head and
+        tail (`truncated`); streams of at most `max_output` bytes come back whole.
         """
         streaming = stream or on_output is not None
         call = _core.exec_command(
@@ -240,6 +284,7 @@ class Sandbox(SandboxBase):
             stdin=stdin,
             user=user,
             stream=streaming,
+            max_output=max_output,
         )
         if streaming:
             return self.client._stream_exec(call, on_output)
@@ -303,12 +348,13 @@ class Files:
             exc.filename = path
             raise
 
-    def read(self, path: str, *, text: bool = False) -> bytes | str:
+    def read(self, path: str, *, text: bool = False, max_bytes: int | None = None) -> bytes | str:
         """The file's bytes; with `text=True` decoded as UTF-8 (invalid bytes replaced).
 
-        Raises `FileNotFoundError`, `IsADirectoryError` or `PermissionError` (also BoltzErrors).
+        Raises `FileNotFoundError`, `IsADirectoryError` or `PermissionError` (also BoltzErrors),
+        and `FileTooLarge` for a file over `max_bytes` (or the server's limit).
         """
-        data = self._request(_core.read_file(self._sandbox.id, path), path)
+        data = self._request(_core.read_file(self._sandbox.id, path, max_bytes), path)
         return data.decode("utf-8", errors="replace") if text else data
 
     def write(self, path: str, data: bytes | str, *, mode: int | None = 0o644) -> int:

@@ -23,6 +23,12 @@ if [ "${1:-}" = "stop" ]; then stop web; stop beat; stop worker; exit 0; fi
 $PY manage.py migrate --noinput -v0
 $PY manage.py ensure_admin
 $PY manage.py load_task examples/*/
+# The clone the SWE-bench example rows name (docs/INTEGRATIONS.md), where the web process and
+# the worker look for SWE-bench repositories, unless BOLTZ_SWEBENCH_REPOS names a folder of yours.
+if [ -z "${BOLTZ_SWEBENCH_REPOS:-}" ]; then
+  export BOLTZ_SWEBENCH_REPOS="$PWD/.data/swebench-repos"
+  sh examples/swebench_repos.sh "$BOLTZ_SWEBENCH_REPOS" > /dev/null
+fi
 
 stop worker
 nohup $PY manage.py run_worker > "$RUN/worker.log" 2>&1 &

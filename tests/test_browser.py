@@ -22,7 +22,9 @@ SHOTS = ROOT / "test-results" / "screenshots"
 XSS_MARKERS = ("<script>window.__xss=1</script>", '"><img src=x onerror="window.__xss=2">')
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(
+    scope="module"
+)  # its event loop must not outlive the module: other tests run their own
 def browser():
     require(os.path.exists(CHROMIUM), "Chromium is not installed (apt-get install chromium)")
     # Playwright's sync API runs an event loop in this thread; the ORM calls the tests make

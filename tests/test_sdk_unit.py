@@ -356,7 +356,7 @@ def test_exec_sends_the_options_and_parses_the_result():
         "cwd": "/workspace",
         "env": {"A": "1"},
         "timeout": 30,
-        "stdin": "in",
+        "stdin_base64": "aW4=",  # bytes go as they are
     }
     assert request.extensions["timeout"]["read"] == 60 + 30
 

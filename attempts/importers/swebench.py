@@ -47,6 +47,8 @@ def read(
     repos_dir = repos_dir or (
         Path(settings.BOLTZ_SWEBENCH_REPOS) if settings.BOLTZ_SWEBENCH_REPOS else None
     )
+    if repos_dir is not None:  # tasks keep the clone's path: whole, for every process
+        repos_dir = Path(repos_dir).resolve()
     with path.open(encoding="utf-8", errors="replace") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
