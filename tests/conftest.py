@@ -243,6 +243,18 @@ def sdk_client(url: str, username: str):
         yield client
 
 
+def real(test):
+    """Marks a test that runs against the web server process, the worker and Docker."""
+    for mark in (
+        pytest.mark.django_db(transaction=True),
+        pytest.mark.docker,
+        pytest.mark.worker,
+        pytest.mark.timeout(180),
+    ):
+        test = mark(test)
+    return test
+
+
 def agent_commands(attempt_id: int) -> list[str]:
     """The commands an attempt's agent ran, in order, as its timeline has them."""
     from attempts.models import Attempt, EventKind

@@ -19,20 +19,7 @@ from gymnasium.vector.utils import batch_space
 
 from attempts.models import Attempt
 from boltz.gym import BMPText, BoltzEnv, BoltzVectorEnv, observation_text
-from tests.conftest import ROOT, agent_commands, sdk_client
-
-
-def real(test):
-    """Marks a test that runs against the web server process, the worker and Docker."""
-    for mark in (
-        pytest.mark.django_db(transaction=True),
-        pytest.mark.docker,
-        pytest.mark.worker,
-        pytest.mark.timeout(180),
-    ):
-        test = mark(test)
-    return test
-
+from tests.conftest import ROOT, agent_commands, real, sdk_client
 
 FIX = "sed -i 's/return a - b/return a + b/' calc.py"
 

@@ -39,20 +39,7 @@ from boltz.mini_swe_agent import (
     command_output,
     submission_of,
 )
-from tests.conftest import ROOT, agent_commands, sdk_client
-
-
-def real(test):
-    """Marks a test that runs against the web server process, the worker and Docker."""
-    for mark in (
-        pytest.mark.django_db(transaction=True),
-        pytest.mark.docker,
-        pytest.mark.worker,
-        pytest.mark.timeout(180),
-    ):
-        test = mark(test)
-    return test
-
+from tests.conftest import ROOT, agent_commands, real, sdk_client
 
 ENVIRONMENT_CLASS = "boltz.mini_swe_agent.BoltzEnvironment"
 TESTS = "python3 -m pytest -q -p no:cacheprovider tests"
@@ -340,34 +327,17 @@ def test_an_environment_dropped_without_submitting_closes_its_sandbox_without_a_
 
 
 @real
-def test_the_mini_command_runs_an_agent_in_a_boltz_sandbox_named_in_its_config(
+def test_the_mini_command_runs_the_worked_example_of_docs_integrations_as_written(
     web, token, tmp_path
 ):
-    config = {
-        "agent": {
-            "agent_class": "boltz.mini_swe_agent.BoltzInteractiveAgent",
-            "mode": "yolo",
-            "confirm_exit": False,
-            "cost_limit": 0,
-        },
-        "environment": {
-            "environment_class": ENVIRONMENT_CLASS,
-            "task": "fix-add",
-            "env": NO_BYTECODE,
-        },
-        "model": {
-            "model_class": "deterministic",
-            "model_name": "deterministic",
-            "outputs": scripted(FIX, TESTS, SUBMIT),
-        },
-        "run": {"task": ""},  # the Boltz task's instruction
-    }
-    (tmp_path / "boltz.yaml").write_text(yaml.safe_dump(config))
-    trajectory = tmp_path / "run.traj.json"
+    example = ROOT / "examples" / "mini_swe_agent_demo.yaml"
+    assert example.read_text() in (ROOT / "docs" / "INTEGRATIONS.md").read_text()
+    outputs = yaml.safe_load(example.read_text())["model"]["outputs"]
+    trajectory = tmp_path / "demo.traj.json"
     run = subprocess.run(
         [
             str(Path(sys.executable).with_name("mini")),
-            *("-c", "mini.yaml", "-c", "boltz.yaml", "-o", str(trajectory)),
+            *("-c", "mini.yaml", "-c", str(example), "-o", str(trajectory)),
         ],
         cwd=tmp_path,
         env={
@@ -393,8 +363,6 @@ def test_the_mini_command_runs_an_agent_in_a_boltz_sandbox_named_in_its_config(
     assert result["passed"] is True and result["score"] == 1.0 and result["outcome"] == "passed"
     attempt = Attempt.objects.get(pk=result["attempt"])
     assert attempt.outcome == "passed" and attempt.status == "finished"
-    assert agent_commands(attempt.pk) == [FIX, TESTS, SUBMIT]
+    assert agent_commands(attempt.pk) == [o["extra"]["actions"][0]["command"] for o in outputs]
     messages = list(attempt.events.filter(kind=EventKind.MESSAGE).order_by("seq"))
-    assert [m.data["text"] for m in messages] == [
-        o["content"] for o in scripted(FIX, TESTS, SUBMIT)
-    ]
+    assert [m.data["text"] for m in messages] == [o["content"] for o in outputs]

@@ -386,3 +386,43 @@ def test_the_sdk_reads_predictions_from_lists_paths_and_text_and_types_the_repor
     assert typed.finished and typed.resolved_ids == ["a"] and typed.instances["a"].resolved
     assert typed.refused[0].line == 2
     assert json.loads(typed.write(tmp_path).read_text()) == report
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.docker
+@pytest.mark.worker
+@pytest.mark.timeout(180)
+def test_the_worked_example_of_docs_integrations_runs_as_written(worker, tmp_path):
+    root = Path(__file__).parent.parent
+    doc = (root / "docs" / "INTEGRATIONS.md").read_text()
+    made = subprocess.run(
+        ["sh", "examples/swebench_repos.sh", str(tmp_path / "repos")],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr
+    out = StringIO()
+    call_command(
+        "evaluate_predictions",
+        str(root / "examples" / "swebench_predictions.jsonl"),
+        "--dataset",
+        str(root / "examples" / "swebench_rows.jsonl"),
+        "--repos",
+        str(tmp_path / "repos"),
+        "--run-id",
+        "demo-1",
+        "--report-dir",
+        str(tmp_path / "reports"),
+        stdout=out,
+    )
+    # What the doc shows it prints (the lines that do not depend on the database's ids).
+    for line in out.getvalue().splitlines():
+        if line.startswith(("refused ", "Instances ", "Total ", "Predictions refused")):
+            assert line in doc, line
+    assert "Instances resolved: 1" in out.getvalue()
+    report = json.loads((tmp_path / "reports" / "demo__model-1.demo-1.json").read_text())
+    assert report["resolved_ids"] == ["acme__calc-1"]
+    assert report["unresolved_ids"] == ["acme__calc-2"]
+    assert report["empty_patch_ids"] == ["acme__calc-3"]
