@@ -1,31 +1,41 @@
-"""Views that change something: POST only, CSRF-checked, each behind a confirmation step
-(a first POST shows what will happen; the confirming POST does it). Each calls one service."""
+"""Views that change something, each behind a confirmation step: a visit (GET) or a first POST
+shows what will happen; the confirming POST (CSRF-checked) does it. Each calls one service."""
 
 from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
-from django.http import HttpResponseBadRequest
+from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods
 
 from . import auth, services
-from .agents import BUILTIN_AGENTS
+from .agents import resolve_agent
 from .deletion import attempt_delete, sandbox_delete
 from .errors import TaskInvalid
 from .models import Agent, Task
 from .selectors import attempt_or_404
+from .task_forms import StartAttemptsForm
 
-MAX_START = 100
+# A visit shows the confirmation (or the form); only a POST can do anything.
+visit_or_post = require_http_methods(["GET", "HEAD", "POST"])
 
 
 def _confirm(
-    request, *, title: str, explanation: str, button: str, danger: bool = False, back: str
+    request,
+    *,
+    title: str,
+    explanation: str,
+    button: str,
+    danger: bool = False,
+    back: str,
+    fields: list[tuple[str, str]] | None = None,
 ):
     """The confirmation step: the same form posted again, with confirm=yes."""
-    fields = [
-        (k, v) for k, v in request.POST.items() if k not in ("csrfmiddlewaretoken", "confirm")
-    ]
+    if fields is None:
+        fields = [
+            (k, v) for k, v in request.POST.items() if k not in ("csrfmiddlewaretoken", "confirm")
+        ]
     return render(
         request,
         "attempts/confirm.html",
@@ -42,50 +52,69 @@ def _confirm(
 
 
 def _confirmed(request) -> bool:
-    return request.POST.get("confirm") == "yes"
+    return request.method == "POST" and request.POST.get("confirm") == "yes"
+
+
+def _start_page(request, task, form, status=200):
+    """The start form on a page of its own: on a visit, and again with its errors beside
+    their fields when what was sent cannot start."""
+    return render(
+        request,
+        "attempts/start.html",
+        {
+            "task": task,
+            "start_form": form,
+            "saved_agents": Agent.objects.order_by("name").values_list("name", flat=True),
+        },
+        status=status,
+    )
 
 
 @login_required
 @permission_required(auth.CONTROL, raise_exception=True)
-@require_POST
+@visit_or_post
 def start_attempts(request, slug):
     task = get_object_or_404(Task, slug=slug)
-    agent = request.POST.get("agent", "")
-    command = request.POST.get("command", "").strip() if agent == "command" else ""
-    known = agent in BUILTIN_AGENTS or Agent.objects.filter(name=agent).exists()
-    try:
-        count = int(request.POST.get("count", "1"))
-    except ValueError:
-        count = 0
-    if not 1 <= count <= MAX_START or not known:
-        return HttpResponseBadRequest(
-            f"choose an agent ({', '.join(BUILTIN_AGENTS)} or a saved one) and 1 to "
-            f"{MAX_START} attempts",
-            content_type="text/plain",
-        )
+    if request.method != "POST":
+        return _start_page(request, task, StartAttemptsForm())
+    form = StartAttemptsForm(request.POST, request.FILES)
+    if not form.is_valid():
+        return _start_page(request, task, form, status=400)
+    data = form.cleaned_data
+    count, agent, command = data["count"], data["agent"], data["command"]
+    try:  # what the service would refuse is said beside its field before the confirmation
+        resolve_agent(task, agent, command, data["files"])
+    except TaskInvalid as exc:
+        form.apply_error(exc)
+        return _start_page(request, task, form, status=400)
     if not _confirmed(request):
         what = f"{count} attempt(s) of {task.slug} with the {agent} agent"
         if command:
             what += f" running: {command}"
+        if data["files"]:
+            what += f" (files: {', '.join(sorted(data['files']))})"
         return _confirm(
             request,
             title="Start attempts?",
             explanation=f"Enqueue {what}.",
             button=f"Start {count}",
             back=task.get_absolute_url(),
+            fields=form.carried_fields(),
         )
     try:
-        services.attempts_create(task=task, agent=agent, command=command, count=count)
+        services.attempts_create(
+            task=task, agent=agent, command=command, files=data["files"], count=count
+        )
     except TaskInvalid as exc:
-        messages.error(request, f"{exc.field}: {exc.message}")
-    else:
-        messages.success(request, f"Enqueued {count} attempt(s) with {agent}.")
+        form.apply_error(exc)
+        return _start_page(request, task, form, status=400)
+    messages.success(request, f"Enqueued {count} attempt(s) with {agent}.")
     return redirect(task.get_absolute_url())
 
 
 @login_required
 @permission_required(auth.CONTROL, raise_exception=True)
-@require_POST
+@visit_or_post
 def cancel_attempt(request, pk):
     attempt = attempt_or_404(pk)
     if not _confirmed(request):
@@ -105,7 +134,7 @@ def cancel_attempt(request, pk):
 
 @login_required
 @permission_required(auth.CONTROL, raise_exception=True)
-@require_POST
+@visit_or_post
 def rerun_attempt(request, pk):
     attempt = attempt_or_404(pk)
     if not _confirmed(request):
@@ -127,7 +156,7 @@ def rerun_attempt(request, pk):
 
 @login_required
 @permission_required(auth.CONTROL, raise_exception=True)
-@require_POST
+@visit_or_post
 def recheck_attempt(request, pk):
     attempt = attempt_or_404(pk)
     if not _confirmed(request):
@@ -157,11 +186,11 @@ DELETE_LEVELS = {
 
 @login_required
 @permission_required(auth.DELETE, raise_exception=True)
-@require_POST
+@visit_or_post
 def delete_attempt(request, pk, level):
     attempt = attempt_or_404(pk)
     if level not in DELETE_LEVELS:
-        return HttpResponseBadRequest("level must be sandbox or attempt", content_type="text/plain")
+        raise Http404("delete the sandbox or the attempt")
     if not _confirmed(request):
         what = "the sandbox of " if level == "sandbox" else ""
         return _confirm(

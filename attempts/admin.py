@@ -18,7 +18,16 @@ from django.utils.html import format_html, format_html_join
 from .datasets import FORMATS, export_lines, select_attempts
 from .deletion import attempt_delete, record_audit, task_delete
 from .errors import TaskInvalid
-from .models import Agent, ApiToken, Attempt, AuditEntry, Evaluation, Outcome, Task
+from .models import (
+    Agent,
+    ApiToken,
+    Attempt,
+    AuditEntry,
+    Evaluation,
+    Outcome,
+    Task,
+    attempt_name,
+)
 from .services import SAFE_FILE_NAME, attempts_create
 from .task_forms import MultipleFileField, TaskAdminForm
 from .tokens import token_create, token_revoke
@@ -198,7 +207,7 @@ class TaskAdmin(admin.ModelAdmin):
         links = [
             (
                 reverse("attempts:attempt", args=[a.pk]),
-                f"{name} #{a.number}: {a.outcome or a.status}",
+                f"{name} {attempt_name(task.slug, a.number)}: {a.outcome or a.status}",
             )
             for name, a in (
                 ("reference", task.validation_reference),
@@ -371,7 +380,7 @@ class AgentAdmin(admin.ModelAdmin):
 @admin.register(Attempt)
 class AttemptAdmin(admin.ModelAdmin):
     list_display = (
-        "__str__",
+        "name",
         "page_link",
         "agent",
         "status",
@@ -381,7 +390,12 @@ class AttemptAdmin(admin.ModelAdmin):
         "created_at",
     )
     list_filter = ("status", "outcome", "agent")
+    list_select_related = ("task",)
     readonly_fields = [f.name for f in Attempt._meta.fields]
+
+    @admin.display(description="attempt", ordering="task__slug")
+    def name(self, attempt):
+        return attempt.name
 
     @admin.display(description="dashboard")
     def page_link(self, attempt):
@@ -427,13 +441,21 @@ class AuditEntryAdmin(admin.ModelAdmin):
         "time",
         "actor",
         "action",
-        "task_slug",
-        "attempt_number",
-        "attempt_id",
+        "subject",
         "details_text",
     )
     list_filter = ("action",)
+    search_fields = ("task_slug",)
     readonly_fields = [f.name for f in AuditEntry._meta.fields]
+
+    @admin.display(description="attempt or task", ordering="task_slug")
+    def subject(self, entry):
+        """The attempt's name (`text-utils #5`), linked to its page while the attempt exists."""
+        gone = entry.action in (entry.Action.DELETE_ATTEMPT, entry.Action.DELETE_TASK)
+        if entry.attempt_id is None or gone:
+            return entry.subject
+        url = reverse("attempts:attempt", args=[entry.attempt_id])
+        return format_html('<a href="{}">{}</a>', url, entry.subject)
 
     @admin.display(description="details")
     def details_text(self, entry):

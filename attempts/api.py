@@ -257,7 +257,7 @@ def sandbox_out(request, attempt: Attempt, check: CheckResult | None = None) -> 
         "attempt": attempt.pk,
         "task": attempt.task.slug,
         "number": attempt.number,
-        "name": f"{attempt.task.slug}#{attempt.number}",
+        "name": attempt.name,
         "status": attempt.status,
         "state": sandboxes.sandbox_state(attempt),
         "outcome": attempt.outcome,

@@ -14,7 +14,7 @@ from .protected import DEFAULT_PROTECTED
 from .storage import iter_file
 from .zipstream import stream_zip
 
-README = """Boltz attempt bundle: {task} #{number}
+README = """Boltz attempt bundle: {name}
 
 attempt.json      the attempt: agent, status, outcome, score, reason, timings, host, sandbox,
                   whether its changes were recorded, and its tamper report
@@ -46,6 +46,7 @@ def _iso(value) -> str | None:
 def attempt_record(attempt: Attempt) -> dict:
     return {
         "id": attempt.pk,
+        "name": attempt.name,
         "task": attempt.task.slug,
         "number": attempt.number,
         "agent": attempt.agent,
@@ -171,6 +172,7 @@ def _raw_outputs(attempt: Attempt) -> list[str]:
 
 
 def bundle_filename(attempt: Attempt) -> str:
+    """The attempt's name in a file name: `text-utils #5` is boltz-text-utils-5.zip."""
     return f"boltz-{attempt.task.slug}-{attempt.number}.zip"
 
 
@@ -253,8 +255,7 @@ def bundle_entries(attempt: Attempt):
     yield (
         "README.txt",
         README.format(
-            task=task.slug,
-            number=attempt.number,
+            name=attempt.name,
             base=attempt.base_commit or task.base_commit,
             patch_note=_patch_note(attempt, full_patch),
             workspace_note=note,

@@ -30,7 +30,7 @@ def attempt_payload(attempt: Attempt, *, base_url: str = "") -> dict:
         "id": attempt.pk,
         "task": attempt.task.slug,
         "number": attempt.number,
-        "name": f"{attempt.task.slug}#{attempt.number}",
+        "name": attempt.name,
         "agent": attempt.agent,
         "status": attempt.status,
         "outcome": attempt.outcome,

@@ -28,8 +28,11 @@ class StreamCapture:
         tail_limit: int,
         raw_file: BinaryIO | None = None,
         raw_limit: int = 0,
+        recent_limit: int = 0,
     ):
         self.head_limit = head_limit
+        self.recent_limit = recent_limit  # the latest bytes, for a live view of a running command
+        self._recent = bytearray()
         self.tail_limit = tail_limit
         self.raw_file = raw_file
         self.raw_limit = raw_limit
@@ -56,6 +59,9 @@ class StreamCapture:
                 self._strict.decode(data)
             except UnicodeDecodeError:
                 self.valid_utf8 = False
+        if self.recent_limit:
+            self._recent += data[-self.recent_limit :]
+            del self._recent[: max(0, len(self._recent) - self.recent_limit)]
         room = self.head_limit - len(self._head)
         head_part, rest = data[:room] if room > 0 else b"", data[max(room, 0) :]
         self._head += head_part
@@ -86,6 +92,16 @@ class StreamCapture:
         if self.truncated:
             tail = _trim_partial_start(tail)
         return tail.decode("utf-8", errors="replace")
+
+    def recent_text(self) -> str:
+        """The latest output (up to `recent_limit` bytes) as text: when older output was left
+        out, it starts at a line (else a character) boundary."""
+        data = bytes(self._recent)
+        if self.total_bytes > len(data):
+            newline = data.find(b"\n")
+            cut = 0 <= newline < len(data) - 1
+            data = data[newline + 1 :] if cut else _trim_partial_start(data)
+        return data.decode("utf-8", errors="replace")
 
     def text(self) -> str:
         """Head and tail as one readable text, with an explicit notice of what was left out."""

@@ -9,6 +9,7 @@ import difflib
 import functools
 import html
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import unidiff
@@ -25,6 +26,14 @@ LARGE_FILE_LINES = 1500
 # Lines rendered inline on the page in all; later files load on request.
 PAGE_LINE_BUDGET = 1500
 MAX_HIGHLIGHT_LINE = 2000  # longer lines are shown plain (and fast)
+# What one file's view renders at most; past this, the rest of it is a download.
+MAX_RENDER_LINES = 5000
+MAX_RENDER_BYTES = 2 * 1024 * 1024
+MAX_LINE_CHARS = 10_000
+# The file list of a page stops here (the bundle's changes.patch has them all).
+MAX_LISTED_FILES = 2000
+# A file whose patch is this large is listed with its size.
+BIG_FILE_BYTES = 1024 * 1024
 
 
 _STATUS_LABELS = {
@@ -47,6 +56,13 @@ class DiffFile:
     removed: int
     lines: int
     text: str = field(repr=False)
+    # Where the file's part of the whole patch is (bytes), when it is read from storage.
+    start: int = 0
+    size: int = 0
+
+    @property
+    def is_big(self) -> bool:
+        return self.size > BIG_FILE_BYTES
 
     @property
     def path(self) -> str:
@@ -93,6 +109,35 @@ def _strip_prefix(path: str | None) -> str:
     return path[2:] if path[:2] in ("a/", "b/") else path
 
 
+def describe(index: int, chunk: str, added: int, removed: int, lines: int) -> DiffFile:
+    """A file's paths and status from its part of a git diff (its header is enough), with
+    the +/- counts and line count given."""
+    try:
+        patched = unidiff.PatchSet(chunk, metadata_only=True)[0]
+    except (unidiff.UnidiffParseError, IndexError):
+        raise unidiff.UnidiffParseError(
+            f"file {index + 1} of the diff could not be parsed"
+        ) from None
+    old, new = _strip_prefix(patched.source_file), _strip_prefix(patched.target_file)
+    header = chunk.split("\n", 1)[0]
+    if not old and not new:  # mode-only or binary without ---/+++ lines: use the header
+        match = re.match(r"diff --git a/(.*) b/(.*)", header)
+        old = new = match.group(2) if match else header
+    if patched.is_binary_file:
+        status = "binary"
+    elif patched.is_added_file:
+        status = "added"
+    elif patched.is_removed_file:
+        status = "deleted"
+    elif patched.is_rename:
+        status = "renamed"
+    elif not added and not removed:
+        status = "mode"
+    else:
+        status = "modified"
+    return DiffFile(index, old or new, new or old, status, added, removed, lines, "")
+
+
 def split_files(diff: str) -> list[DiffFile]:
     """The files of a git diff, with status and +/- counts (no line parsing yet)."""
     starts = [m.start() for m in _FILE_START.finditer(diff)]
@@ -107,36 +152,90 @@ def split_files(diff: str) -> list[DiffFile]:
             raise unidiff.UnidiffParseError(
                 f"file {i + 1} of the diff could not be parsed"
             ) from None
-        old, new = _strip_prefix(patched.source_file), _strip_prefix(patched.target_file)
-        header = chunk.split("\n", 1)[0]
-        if not old and not new:  # mode-only or binary without ---/+++ lines: use the header
-            match = re.match(r"diff --git a/(.*) b/(.*)", header)
-            old = new = match.group(2) if match else header
-        if patched.is_binary_file:
-            status = "binary"
-        elif patched.is_added_file:
-            status = "added"
-        elif patched.is_removed_file:
-            status = "deleted"
-        elif patched.is_rename:
-            status = "renamed"
-        elif not patched.added and not patched.removed:
-            status = "mode"
-        else:
-            status = "modified"
-        files.append(
-            DiffFile(
-                i,
-                old or new,
-                new or old,
-                status,
-                patched.added,
-                patched.removed,
-                chunk.count("\n"),
-                chunk,
-            )
-        )
+        f = describe(i, chunk, patched.added, patched.removed, chunk.count("\n"))
+        f.text, f.size = chunk, len(chunk.encode("utf-8", "surrogatepass"))
+        files.append(f)
     return files
+
+
+def index_patch(lines: Iterable[bytes]) -> list[DiffFile]:
+    """The files of a whole git patch read line by line (bytes, any size): paths, status, +/-
+    counts and where each file's part is (byte offsets). Nothing of a file's lines is kept, so a
+    50 MB file costs one pass and no memory."""
+    files: list[DiffFile] = []
+    header: list[bytes] = []
+    state = {"start": 0, "added": 0, "removed": 0, "lines": 0, "in_hunks": False}
+    offset = 0
+
+    def close(end: int) -> None:
+        if not header:
+            return
+        f = describe(
+            len(files),
+            b"".join(header).decode("utf-8", errors="replace"),
+            state["added"],
+            state["removed"],
+            state["lines"],
+        )
+        f.start, f.size = state["start"], end - state["start"]
+        files.append(f)
+
+    for line in lines:
+        if line.startswith(b"diff --git "):
+            close(offset)
+            header = [line]
+            state.update(start=offset, added=0, removed=0, lines=1, in_hunks=False)
+        elif not header:
+            if line.strip():
+                raise unidiff.UnidiffParseError("the diff does not start with a file header")
+        else:
+            state["lines"] += 1
+            if state["in_hunks"]:
+                if line[:1] == b"+":
+                    state["added"] += 1
+                elif line[:1] == b"-":
+                    state["removed"] += 1
+            elif line.startswith(b"@@ "):
+                state["in_hunks"] = True
+            elif line.startswith(b"GIT binary patch"):
+                header.append(line)
+                state["in_hunks"] = True  # its literal data is no header
+            else:
+                header.append(line)
+        offset += len(line)
+    close(offset)
+    return files
+
+
+_HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@(.*)$")
+
+
+def clip_file_text(
+    text: str, max_lines: int = MAX_RENDER_LINES, max_line_chars: int = MAX_LINE_CHARS
+) -> tuple[str, bool]:
+    """The first `max_lines` lines of one file's diff, still a valid diff (its last hunk's
+    header counts only the lines kept), each line cut at `max_line_chars`. (text, clipped)."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    clipped = len(lines) > max_lines
+    lines = lines[:max_lines]
+    if any(len(line) > max_line_chars for line in lines):
+        clipped = True
+        lines = [
+            line[:max_line_chars] + ("…" if len(line) > max_line_chars else "") for line in lines
+        ]
+    if not clipped:
+        return text, False
+    last = max((i for i, line in enumerate(lines) if line.startswith("@@ ")), default=None)
+    if last is not None:
+        body = [line for line in lines[last + 1 :] if not line.startswith("\\")]
+        old = sum(1 for line in body if line[:1] in (" ", "-", ""))
+        new = sum(1 for line in body if line[:1] in (" ", "+", ""))
+        match = _HUNK_HEADER.match(lines[last])
+        if match:
+            lines[last] = f"@@ -{match[1]},{old} +{match[2]},{new} @@{match[3]}"
+    return "\n".join(lines) + "\n", True
 
 
 @functools.lru_cache(maxsize=256)
@@ -285,6 +384,13 @@ def side_by_side(file: DiffFile) -> list[Row]:
     return rows
 
 
+_SIGNS = {
+    "del": '<span class="sign">-</span>',
+    "add": '<span class="sign">+</span>',
+    "": '<span class="sign"> </span>',
+}
+
+
 def rows_html(rows: list[Row]) -> SafeString:
     """The side-by-side table body. Built here, not in a template: a page may hold thousands
     of rows. Every piece of file content in it was escaped by _line_html."""
@@ -295,11 +401,14 @@ def rows_html(rows: list[Row]) -> SafeString:
             continue
         old_cls = "empty" if r.old_html is None else ("del" if r.kind == "change" else "")
         new_cls = "empty" if r.new_html is None else ("add" if r.kind == "change" else "")
+        # Added and removed lines say so in text (a +/- sign), not only by their colour.
+        old_sign = "" if r.old_html is None else _SIGNS[old_cls]
+        new_sign = "" if r.new_html is None else _SIGNS[new_cls]
         out.append(
             f'<tr class="{r.kind}"><td class="ln">{"" if r.old_no is None else r.old_no}</td>'
-            f'<td class="old {old_cls}">{r.old_html or ""}</td>'
+            f'<td class="old {old_cls}">{old_sign}{r.old_html or ""}</td>'
             f'<td class="ln">{"" if r.new_no is None else r.new_no}</td>'
-            f'<td class="new {new_cls}">{r.new_html or ""}</td></tr>'
+            f'<td class="new {new_cls}">{new_sign}{r.new_html or ""}</td></tr>'
         )
     return mark_safe("".join(out))  # noqa: S308 - content escaped above
 

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.functional import cached_property
 
 
 class Task(models.Model):
@@ -91,6 +92,12 @@ class Task(models.Model):
     validation_noop = models.ForeignKey(
         "Attempt", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    next_attempt_number = models.PositiveIntegerField(
+        default=1,
+        editable=False,
+        help_text="The number the task's next attempt takes. It only grows: a number is "
+        "never given twice, even after its attempt was deleted.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -138,6 +145,11 @@ class SandboxState(models.TextChoices):
     LIVE = "live"
     STOPPED = "stopped", "stopped and kept"
     DELETED = "deleted"
+
+
+def attempt_name(slug: str, number: int | None) -> str:
+    """An attempt's name, `TASK #N` (its number within its task; the id stays in URLs)."""
+    return f"{slug} #{number}"
 
 
 class Attempt(models.Model):
@@ -269,10 +281,23 @@ class Attempt(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.task.slug} #{self.number}"
+        return self.name
 
     def get_absolute_url(self) -> str:
         return reverse("attempts:attempt", args=[self.pk])
+
+    @property
+    def name(self) -> str:
+        """How every page, message and command names the attempt: `text-utils #5`."""
+        return attempt_name(self.task.slug, self.number)
+
+    @cached_property
+    def rerun_of_name(self) -> str:
+        """The name of the attempt this one re-ran (same task), without loading that row."""
+        if not self.rerun_of_id:
+            return ""
+        number = Attempt.objects.filter(pk=self.rerun_of_id).values_list("number", flat=True)
+        return attempt_name(self.task.slug, number.first())
 
     @property
     def is_done(self) -> bool:
@@ -418,7 +443,14 @@ class AuditEntry(models.Model):
         verbose_name_plural = "audit entries"
 
     def __str__(self) -> str:
-        return f"{self.time:%Y-%m-%d %H:%M} {self.actor} {self.action} {self.task_slug}"
+        return f"{self.time:%Y-%m-%d %H:%M} {self.actor} {self.action} {self.subject}"
+
+    @property
+    def subject(self) -> str:
+        """What the entry is about: the attempt's name (`text-utils #5`) or the task's slug."""
+        if self.attempt_number is None:
+            return self.task_slug
+        return attempt_name(self.task_slug, self.attempt_number)
 
 
 class WorkerHost(models.Model):

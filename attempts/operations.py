@@ -258,6 +258,7 @@ def _exec(
     user: str = "",
     request: str = "",
     number: int | None = None,
+    stream: bool = False,
 ) -> dict:
     display = None
     run_as = _run_as(session, user) if user else None
@@ -288,6 +289,7 @@ def _exec(
         display=display,
         number=number,
         user=run_as,
+        stream_output=stream,
     )
     return exec_result(run)
 

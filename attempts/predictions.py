@@ -421,7 +421,7 @@ def evaluation_snapshot(evaluation: Evaluation) -> list[dict]:
             applied = None if exit_code is None else exit_code == 0
             entry["attempt"] = {
                 "id": attempt.pk,
-                "name": f"{attempt.task.slug}#{attempt.number}",
+                "name": attempt.name,
                 "url": reverse("attempts:attempt", args=[attempt.pk]),
                 "status": attempt.status,
                 "outcome": attempt.outcome,
@@ -610,7 +610,7 @@ def report_table(report: dict) -> str:
         shown = info["reason"] if info["result"] != "empty" else ""
         result = info["result"] + (f": {shown}" if shown else "")
         tests = f"{info['tests_passed']}/{info['tests_required']}" if judged else "-"
-        attempt = info["attempt"].replace("#", " #") if info["attempt"] else "-"
+        attempt = info["attempt"] or "-"
         rows.append(
             (
                 instance_id,

@@ -108,7 +108,17 @@ def reap_host(host: str | None = None, now=None) -> dict:
             _mark_removed(attempt.pk, "its worker was lost")
     cutoff = now - timedelta(seconds=settings.BOLTZ_SANDBOX_RETENTION)
     removed = []
+    # Read before the containers are listed: a sandbox kept then must be in the list.
+    kept = (
+        Attempt.objects.filter(
+            host=host, sandbox_state=SandboxState.STOPPED, sandbox_deleted_at__isnull=True
+        ).values_list("pk", flat=True)
+        if host == settings.BOLTZ_HOST  # only this host's containers are listed here
+        else []
+    )
+    kept = list(kept)
     containers = [(c, _attempt_id(c)) for c in runtime.list_sandboxes()]
+    gone = mark_gone(kept, containers, now=now)
     attempts = Attempt.objects.in_bulk([i for _, i in containers if i is not None])
     for container, attempt_id in containers:
         attempt = attempts.get(attempt_id)
@@ -151,4 +161,42 @@ def reap_host(host: str | None = None, now=None) -> dict:
             item["attempt"],
             item["why"],
         )
-    return {"host": host, "lost": lost, "removed": removed}
+    return {"host": host, "lost": lost, "removed": removed, "gone": gone}
+
+
+GONE_BY = "outside Boltz (its container was removed)"
+
+
+def mark_gone(kept: list[int], containers: list[tuple[dict, int | None]], *, now) -> list[int]:
+    """Kept sandboxes whose container is no longer on the host (removed from outside Boltz,
+    with `docker rm`): marked deleted, with an event that says so, so the page offers nothing
+    that needs them. Returns their attempt ids."""
+    present = {
+        attempt_id
+        for container, attempt_id in containers
+        if container["labels"].get(runtime.LABEL_ROLE) != "check"
+    }
+    gone = []
+    for attempt_id in kept:
+        if attempt_id in present:
+            continue
+        with transaction.atomic():
+            marked = Attempt.objects.filter(
+                pk=attempt_id, sandbox_state=SandboxState.STOPPED, sandbox_deleted_at__isnull=True
+            ).update(
+                sandbox_state=SandboxState.DELETED,
+                sandbox_deleted_at=now,
+                sandbox_deleted_by=GONE_BY,
+            )
+            if marked:
+                Timeline(attempt_id).add(
+                    EventKind.LIFECYCLE,
+                    message="the kept sandbox is gone: its container was removed outside "
+                    "Boltz (docker rm); the record, diff and checks stay, but a re-check is "
+                    "no longer possible",
+                    sandbox="gone",
+                )
+                gone.append(attempt_id)
+    for attempt_id in gone:
+        log.warning("reaper: the kept sandbox of attempt %s was removed outside Boltz", attempt_id)
+    return gone

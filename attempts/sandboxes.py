@@ -370,6 +370,7 @@ def sandbox_exec(
     if user:
         args["user"] = user
     if stream:
+        args["stream"] = True  # the worker writes its output as it comes, for the stream
         return (
             {"result": whole_output(item["result"], max_output)} if "result" in item else item
             for item in exec_stream(attempt, args, timeout=timeout + OPERATION_MARGIN)

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, datetime
-from math import comb
 
 from django.db.models import Avg, Count, Max, Q, QuerySet
 from django.shortcuts import get_object_or_404
 
+from .agent_scores import (
+    AgentScores,
+    K,
+    Tally,
+    agent_scores,
+    grouped,
+    pass_at_k,  # noqa: F401  (read from here by older callers)
+    sort_key,
+    sorted_agents,
+)
 from .models import (
     DONE_STATUSES,
     SCORED_OUTCOMES,
@@ -29,8 +38,8 @@ def attempt_or_404(pk, *, diff: bool = False) -> Attempt:
 
 
 def attempt_label(attempt: Attempt) -> str:
-    """How the command line names an attempt: both references it accepts, `fix-add#3 (id 17)`."""
-    return f"{attempt.task.slug}#{attempt.number} (id {attempt.pk})"
+    """How the command line names an attempt: its name, `fix-add #3` (Attempt.name)."""
+    return attempt.name
 
 
 def attempts_summary(attempts: QuerySet[Attempt]) -> str:
@@ -62,15 +71,6 @@ def attempts_summary(attempts: QuerySet[Attempt]) -> str:
     return "\n".join(lines)
 
 
-def pass_at_k(n: int, c: int, k: int) -> float | None:
-    """The unbiased pass@k estimate from n attempts of which c passed (None if n < k)."""
-    if n < k:
-        return None
-    if n - c < k:
-        return 1.0
-    return 1.0 - comb(n - c, k) / comb(n, k)
-
-
 TASK_SORTS = {
     "slug": lambda r: r["task"].slug,
     "attempts": lambda r: r["n"],
@@ -78,36 +78,76 @@ TASK_SORTS = {
     "mean_score": lambda r: -1 if r["mean_score"] is None else r["mean_score"],
     "activity": lambda r: r["last_activity"] or datetime.min.replace(tzinfo=UTC),
 }
+TASK_LIST_AGENTS = 6  # agents listed per task on the tasks page (beside the oracle)
+
+
+def agent_tallies(attempts: QuerySet[Attempt]) -> list[tuple[str, str, Tally]]:
+    """(task slug, agent, tally) for each task and agent among `attempts`: one grouped query.
+    Scored: passed, failed, timed out; excluded: every other ended attempt (infrastructure
+    errors, cancellations); running: not ended yet."""
+    scored = Q(outcome__in=SCORED_OUTCOMES)
+    rows = (
+        attempts.order_by()
+        .values("task__slug", "agent")
+        .annotate(
+            scored=Count("pk", filter=scored),
+            passed=Count("pk", filter=Q(outcome=Outcome.PASSED)),
+            mean_score=Avg("score", filter=scored),
+            excluded=Count("pk", filter=Q(status__in=DONE_STATUSES) & ~scored),
+            running=Count("pk", filter=~Q(status__in=DONE_STATUSES)),
+        )
+    )
+    return [
+        (
+            r["task__slug"],
+            r["agent"],
+            Tally(r["scored"], r["passed"], r["mean_score"], r["excluded"], r["running"]),
+        )
+        for r in rows
+    ]
+
+
+def _best(agents: list[AgentScores], attr: str) -> float | None:
+    """The best value of `attr` among the agents that are not the oracle."""
+    values = [getattr(a, attr) for a in agents if not a.is_oracle]
+    return max((v for v in values if v is not None), default=None)
 
 
 def task_rows(*, search: str = "", sort: str = "slug") -> list[dict]:
-    """Every task with its attempt counts by outcome, pass rate, pass@1/@5, mean score and
-    last activity: one query."""
-    scored = Q(attempts__outcome__in=SCORED_OUTCOMES)
-    tasks = Task.objects.annotate(
+    """Every task with its attempt counts by outcome and last activity (one query), and its
+    scores per agent, the oracle apart (one grouped query). Sorting by pass rate or mean
+    score uses the task's best agent that is not the oracle."""
+    found = Task.objects.all()
+    if search:
+        found = found.filter(Q(slug__icontains=search) | Q(title__icontains=search))
+    tasks = found.annotate(
         n_total=Count("attempts"),
-        n_scored=Count("attempts", filter=scored),
         **{f"n_{o}": Count("attempts", filter=Q(attempts__outcome=o)) for o in Outcome.values},
         n_active=Count("attempts", filter=~Q(attempts__status__in=DONE_STATUSES)),
-        mean_score=Avg("attempts__score", filter=scored),
         last_activity=Max("attempts__created_at"),
     ).only("slug", "title", "validation", "validation_note")
-    if search:
-        tasks = tasks.filter(Q(slug__icontains=search) | Q(title__icontains=search))
+    cells: dict[str, list] = {}
+    for cell in agent_tallies(Attempt.objects.filter(task__in=found.values("pk"))):
+        cells.setdefault(cell[0], []).append(cell)
     rows = []
     for t in tasks:
-        n, c = t.n_scored, t.n_passed
+        agents = agent_scores(cells.get(t.slug, []))
+        shown = [a for a in agents if not a.is_oracle][:TASK_LIST_AGENTS]
+        more = sum(1 for a in agents if not a.is_oracle) - len(shown)
+        shown += [a for a in agents if a.is_oracle]
         rows.append(
             {
                 "task": t,
+                "url": t.get_absolute_url(),
                 "n": t.n_total,
-                "scored": n,
                 "active": t.n_active,
                 "counts": {o: getattr(t, f"n_{o}") for o in Outcome.values},
-                "pass_rate": c / n if n else None,
-                "pass_at_1": pass_at_k(n, c, 1),
-                "pass_at_5": pass_at_k(n, c, 5),
-                "mean_score": t.mean_score,
+                "agents": agents,
+                "lines": shown or [None],  # a task without attempts still takes one line
+                "more_agents": more,
+                "span": max(len(shown), 1) + (1 if more else 0),
+                "pass_rate": _best(agents, "pass_rate"),
+                "mean_score": _best(agents, "mean_score"),
                 "last_activity": t.last_activity,
             }
         )
@@ -151,40 +191,104 @@ def test_grid(attempts: list[Attempt]) -> dict:
     return {"attempts": attempts, "rows": grid, "flaky": flaky}
 
 
+PLOT = {"width": 640, "label": 150, "right": 24, "row": 34, "top": 24, "bottom": 40}
+PLOT_MARKS = ("passed", "failed", "agent_timeout", "infra_error", "cancelled")  # _plot_marks.html
+PLOT_MAX_ROWS = 10  # agents drawn, most attempts first; the table lists every one
+
+
 def plot_points(task: Task, limit: int = 500) -> dict:
-    """Recent finished attempts as (number, seconds, outcome) for the task page's plot."""
-    rows = list(
+    """The task page's scores panel (kept live while any attempt runs): each agent's scores at
+    the task, the oracle apart (one grouped query), and its last `limit` finished attempts drawn
+    one row per agent: attempt number across, duration up within the row, the outcome as the
+    mark's shape and colour (one query)."""
+    agents = agent_scores(agent_tallies(task.attempts.all()))
+    found = list(
         task.attempts.exclude(finished_at=None)
         .exclude(started_at=None)
         .order_by("-number")
-        .values_list("number", "started_at", "finished_at", "outcome")[:limit]
+        .values_list("number", "agent", "started_at", "finished_at", "outcome")[:limit]
     )
-    points = [(n, (f - s).total_seconds(), o) for n, s, f, o in reversed(rows)]
-    if not points:
-        return {"points": [], "width": 640, "height": 160}
-    width, height, pad = 640, 160, 28
-    lo, hi = points[0][0], points[-1][0]
-    top = max(p[1] for p in points) or 1.0
-    placed = [
-        {
-            "x": round(pad + (n - lo) / max(hi - lo, 1) * (width - 2 * pad), 1),
-            "y": round(height - pad - secs / top * (height - 2 * pad), 1),
-            "number": n,
-            "seconds": round(secs, 2),
-            "outcome": o or "none",
-        }
-        for n, secs, o in points
-    ]
-    return {
-        "points": placed,
-        "width": width,
-        "height": height,
-        "pad": pad,
-        "max_seconds": round(top, 1),
-        "first": lo,
-        "last": hi,
-        "baseline": height - pad,
+    panel = {
+        "agents": agents,
+        "groups": grouped(agents),
+        "k": K,
+        "live": any(a.running for a in agents),
+        "points": [],
     }
+    if not found:
+        return panel
+    per_agent: dict[str, list] = {}
+    for n, agent, started, finished, outcome in reversed(found):
+        per_agent.setdefault(agent, []).append(
+            (n, (finished - started).total_seconds(), outcome or "none")
+        )
+    order = [a.agent for a in agents if a.agent in per_agent]
+    drawn = set(sorted(order, key=lambda a: -len(per_agent[a]))[:PLOT_MAX_ROWS])
+    order = [a for a in order if a in drawn]
+    scores = {a.agent: a for a in agents}
+    numbers = [n for a in order for n, _, _ in per_agent[a]]
+    lo, hi = min(numbers), max(numbers)
+    top = max(secs for a in order for _, secs, _ in per_agent[a]) or 1.0
+    g = PLOT
+    x0, x1 = g["label"], g["width"] - g["right"]
+
+    def x(n):  # marks keep clear of the axis on the left
+        left = x0 + 10
+        return round((left + x1) / 2 if hi == lo else left + (n - lo) / (hi - lo) * (x1 - left), 1)
+
+    rows, points = [], []
+    for i, agent in enumerate(order):
+        row_top = g["top"] + i * g["row"]
+        baseline = row_top + g["row"] - 6
+        marks = [
+            {
+                "x": x(n),
+                "y": round(baseline - secs / top * (g["row"] - 12), 1),
+                "number": n,
+                "seconds": round(secs, 2),
+                "outcome": outcome,
+                "mark": outcome if outcome in PLOT_MARKS else "cancelled",
+                "agent": agent,
+            }
+            for n, secs, outcome in per_agent[agent]
+        ]
+        points += marks
+        rows.append(
+            {
+                "agent": agent,
+                "label": agent if len(agent) <= 20 else agent[:19] + "…",
+                "scores": scores[agent],
+                "top": row_top,
+                "baseline": baseline,
+                "name_y": row_top + 14,
+                "note_y": row_top + 27,
+                "marks": marks,
+                "band": i % 2 == 0,
+            }
+        )
+    bottom = g["top"] + len(rows) * g["row"]
+    panel.update(
+        {
+            "points": points,
+            "rows": rows,
+            "hidden_agents": len(per_agent) - len(rows),
+            "width": g["width"],
+            "height": bottom + g["bottom"],
+            "row_height": g["row"],
+            "x0": x0,
+            "x1": x1,
+            "axis_y": bottom,
+            "tick_y": bottom + 14,
+            "title_y": bottom + 32,
+            "middle": round((x0 + x1) / 2, 1),
+            "max_seconds": round(top, 1),
+            "first": lo,
+            "last": hi,
+            "first_x": x(lo),
+            "last_x": x(hi),
+        }
+    )
+    return panel
 
 
 # --- SWE-bench prediction runs (predictions.py) ---------------------------------------------------
@@ -247,4 +351,37 @@ def runs_compared(a: str, b: str, *, task: Task | None = None) -> dict:
         "resolved_b": sum(1 for t in second.values() if attempt_result(t) == "resolved"),
         "attempted_a": len(first),
         "attempted_b": len(second),
+    }
+
+
+# --- Leaderboard: agents x tasks (agent_scores.py holds the maths) --------------------------------
+LEADERBOARD_TASKS = 60  # task columns on the page; the CSV has every one
+
+
+def leaderboard(*, search: str = "", sort: str = "-pass_at_1") -> dict:
+    """Every agent's scores over the tasks it attempted (those matching `search`), and its pass
+    rate on each task: one grouped query. Rows sorted within their group (agents, built-in,
+    oracle); the groups are never mixed."""
+    attempts = Attempt.objects.all()
+    if search:
+        attempts = attempts.filter(
+            Q(task__slug__icontains=search) | Q(task__title__icontains=search)
+        )
+    cells = agent_tallies(attempts)
+    tasks = sorted({slug for slug, _, _ in cells})
+    column, descending = sort_key(sort)
+    ranked = sorted_agents(agent_scores(cells), column, descending)
+    shown = tasks[:LEADERBOARD_TASKS]
+    groups = grouped(ranked)
+    return {
+        "groups": groups,
+        "rows": [
+            (heading, [{"scores": a, "cells": [a.tallies.get(t) for t in shown]} for a in rows])
+            for heading, rows in groups
+        ],
+        "tasks": tasks,
+        "shown_tasks": shown,
+        "column": column,
+        "descending": descending,
+        "k": K,
     }

@@ -6,8 +6,8 @@ import re
 
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
-from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db import transaction
+from django.db.models import F, Max
 from django.utils import timezone
 
 from . import agents, queueing
@@ -69,15 +69,22 @@ def attempts_create(
 
 
 def numbered_attempt(task: Task, **fields) -> Attempt:
-    """A new attempt of `task` with the next number of its own (never one used before)."""
-    for _ in range(5):
-        try:
-            with transaction.atomic():
-                number = (task.attempts.aggregate(m=Max("number"))["m"] or 0) + 1
-                return Attempt.objects.create(task=task, number=number, **fields)
-        except IntegrityError:  # two creators took the same number: take the next one
-            continue
-    raise RuntimeError(f"could not number a new attempt of {task.slug}")
+    """A new attempt of `task` with the next number of its own, never one given before (even
+    to an attempt deleted since). The number comes from the task row: the UPDATE locks that
+    row (PostgreSQL) or takes the database's write lock (SQLite) until the attempt exists, so
+    concurrent creators, in any process, each get their own."""
+    with transaction.atomic():
+        tasks = Task.objects.filter(pk=task.pk)
+        tasks.update(next_attempt_number=F("next_attempt_number") + 1)
+        number = tasks.values_list("next_attempt_number", flat=True).get() - 1
+        # An attempt numbered outside this function (imported, or made by hand) may hold it.
+        top = task.attempts.aggregate(m=Max("number"))["m"] or 0
+        if number <= top:
+            number = top + 1
+            tasks.update(next_attempt_number=number + 1)
+        attempt = Attempt.objects.create(task=task, number=number, **fields)
+    task.next_attempt_number = number + 1
+    return attempt
 
 
 def _create_one(task: Task, choice: agents.AgentChoice, queue: str | None) -> Attempt:
@@ -168,7 +175,7 @@ def attempt_rerun(*, attempt: Attempt, by: str) -> Attempt:
     else:  # a saved agent: as it is saved now
         new = attempt_create(task=attempt.task, agent=attempt.agent)
     Attempt.objects.filter(pk=new.pk).update(rerun_of=attempt)
-    Timeline(new.pk).reviewer("rerun", by, f"re-run of #{attempt.number} by {by}")
+    Timeline(new.pk).reviewer("rerun", by, f"re-run of {attempt.name} by {by}")
     return new
 
 

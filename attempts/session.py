@@ -25,13 +25,17 @@ from django.db.models import F
 
 from .capture import StreamCapture
 from .errors import AttemptGone, AttemptStopped
-from .models import Actor, Attempt, EventKind
+from .models import Actor, Attempt, Event, EventKind
 from .sandbox.runtime import ExecResult, Sandbox
 from .timeline import Timeline, clip
 from .workspace import safe_relative, sandbox_owned
 
 LIVE_FLUSH_BYTES = 4096
 LIVE_FLUSH_SECONDS = 0.5
+# A running command's live tail: its latest output per stream, its byte counts, refreshed in
+# its start event at most this often and only when it printed more. Dropped when it ends.
+LIVE_TAIL_BYTES = 4096
+LIVE_TAIL_SECONDS = 0.5
 STOP_CHECK_SECONDS = 1.0
 
 
@@ -129,11 +133,17 @@ class SandboxSession:
         request: str = "",
         number: int | None = None,
         user: str | None = None,
+        stream_output: bool = False,
     ) -> CommandRun:
-        """Run a command with events for its start, live output and end. A string runs in
-        /bin/sh; a list is argv. `request` tags the events (an API call waiting on them).
-        `number`: an exec number already taken from the attempt's counter (else the next).
-        `user`: `uid:gid` to run as (else the sandbox user)."""
+        """Run a command with events for its start and end. A string runs in /bin/sh; a list is
+        argv. `request` tags the events (an API call waiting on them). `number`: an exec
+        number already taken from the attempt's counter (else the next). `user`: `uid:gid` to
+        run as (else the sandbox user).
+
+        Its output is stored once: the end event holds its head and tail, the raw bytes are a
+        file. While it runs (`live`), its start event carries a live tail for the page. Only an
+        API client streaming the output (`stream_output`) also gets the head as output events
+        while it is printed: they are that stream's transport."""
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else command
         shown = display or (command if isinstance(command, str) else shlex.join(command))
         with transaction.atomic():  # its number and its start: one write
@@ -146,7 +156,9 @@ class SandboxSession:
                 base["cwd"] = workdir
             if user:
                 base["user"] = user
-            self.timeline.add(EventKind.EXEC, actor=actor, phase="start", timeout=timeout, **base)
+            started = self.timeline.add(
+                EventKind.EXEC, actor=actor, phase="start", timeout=timeout, **base
+            )
         head = settings.BOLTZ_OUTPUT_HEAD_BYTES if head_limit is None else head_limit
         tail = settings.BOLTZ_OUTPUT_TAIL_BYTES if tail_limit is None else tail_limit
         with tempfile.TemporaryFile() as raw_out, tempfile.TemporaryFile() as raw_err:
@@ -156,12 +168,27 @@ class SandboxSession:
                     tail_limit=tail,
                     raw_file=raw,
                     raw_limit=settings.BOLTZ_MAX_RAW_OUTPUT_BYTES,
+                    recent_limit=LIVE_TAIL_BYTES if live else 0,
                 )
                 for stream, raw in (("stdout", raw_out), ("stderr", raw_err))
             }
             pending: dict[str, list[str]] = {"stdout": [], "stderr": []}
             pending_size = {"stdout": 0, "stderr": 0}
-            clock = {"flushed": time.monotonic(), "asked": time.monotonic()}
+            clock = {"flushed": time.monotonic(), "asked": time.monotonic(), "tail": 0.0}
+            tailed = {"bytes": 0}  # output bytes as of the last live tail written
+
+            def refresh_tail(now: float) -> None:
+                """The start event's `live`: what the page shows of the command while it runs,
+                however much it prints (the output events stop past the head)."""
+                total = sum(c.total_bytes for c in captures.values())
+                if total == tailed["bytes"] or now - clock["tail"] < LIVE_TAIL_SECONDS:
+                    return
+                tailed["bytes"], clock["tail"] = total, now
+                tail = {
+                    stream: {"tail": c.recent_text(), "bytes": c.total_bytes}
+                    for stream, c in captures.items()
+                }
+                Event.objects.filter(pk=started.pk).update(data={**started.data, "live": tail})
 
             def flush() -> None:
                 for stream, parts in pending.items():
@@ -179,16 +206,20 @@ class SandboxSession:
 
             def on_output(stream: str, data: bytes) -> None:
                 text = captures[stream].feed(data)
-                if live and text:
+                if stream_output and text:
                     pending[stream].append(text)
                     pending_size[stream] += len(text)
                     if pending_size[stream] >= LIVE_FLUSH_BYTES:
                         flush()
+                if live:
+                    refresh_tail(time.monotonic())
 
             def on_tick() -> None:
                 now = time.monotonic()
-                if live and now - clock["flushed"] >= LIVE_FLUSH_SECONDS:
+                if stream_output and now - clock["flushed"] >= LIVE_FLUSH_SECONDS:
                     flush()
+                if live:
+                    refresh_tail(now)
                 if self.should_stop and now - clock["asked"] >= STOP_CHECK_SECONDS:
                     clock["asked"] = now
                     self.should_stop()  # raises to end the command at once
@@ -209,7 +240,7 @@ class SandboxSession:
                 # Cancelled mid-command: the output so far and the end still belong in the record.
                 stopped = exc
                 result = ExecResult(None, False, time.monotonic() - began)
-            if live:
+            if stream_output:
                 flush()
             raw_names = {}
             for stream, handle in (("stdout", raw_out), ("stderr", raw_err)):
@@ -219,19 +250,22 @@ class SandboxSession:
                         self.storage_name(f"outputs/{number:03d}-{step}.{stream}"), File(handle)
                     )
         run = CommandRun(result, captures["stdout"], captures["stderr"], raw_names)
-        self.timeline.add(
-            EventKind.EXEC,
-            actor=actor,
-            phase="end",
-            **base,
-            exit_code=result.exit_code,
-            timed_out=result.timed_out,
-            killed_by_host=result.killed_by_host,
-            stopped=stopped.reason if stopped else "",
-            duration=round(result.duration, 3),
-            stdout={**run.stdout.summary(), "raw": raw_names.get("stdout", "")},
-            stderr={**run.stderr.summary(), "raw": raw_names.get("stderr", "")},
-        )
+        with transaction.atomic():  # the live tail gives way to the end, in one step
+            if tailed["bytes"]:
+                Event.objects.filter(pk=started.pk).update(data=started.data)
+            self.timeline.add(
+                EventKind.EXEC,
+                actor=actor,
+                phase="end",
+                **base,
+                exit_code=result.exit_code,
+                timed_out=result.timed_out,
+                killed_by_host=result.killed_by_host,
+                stopped=stopped.reason if stopped else "",
+                duration=round(result.duration, 3),
+                stdout={**run.stdout.summary(), "raw": raw_names.get("stdout", "")},
+                stderr={**run.stderr.summary(), "raw": raw_names.get("stderr", "")},
+            )
         if stopped is not None:
             raise stopped
         return run

@@ -1,8 +1,12 @@
-"""The admin's task form: every field of the task directory format, validated on save with
-field errors that say what to fix (repository, ref, image, hidden files, reference patch)."""
+"""Task forms. The admin's task form: every field of the task directory format, validated on
+save with field errors that say what to fix (repository, ref, image, hidden files, reference
+patch). The task page's start form: how many attempts, which agent, the command agent's command
+and files."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import tempfile
 from pathlib import Path
 
@@ -12,11 +16,13 @@ from django.utils.html import format_html, format_html_join
 from django.utils.text import slugify
 
 from . import repos
+from .agents import BUILTIN_AGENTS
 from .archives import ArchiveRefused, safe_extract, single_top_folder
 from .env_values import parse_bytes
 from .errors import TaskInvalid
 from .hosts import known_images
-from .models import Task
+from .models import Agent, Task
+from .services import SAFE_FILE_NAME
 from .taskdirs import check_reference_applies, protected_patterns
 
 
@@ -255,3 +261,80 @@ class TaskAdminForm(forms.ModelForm):
         if commit:
             task.save()
         return task
+
+
+MAX_START = 100
+# The start form's files travel through its confirmation page (as base64 in hidden fields), so
+# they are kept small; a bigger agent is saved once in the admin (Agents) with its files.
+MAX_START_FILES_BYTES = 2 * 1024 * 1024
+PAGE_AGENTS = [a for a in BUILTIN_AGENTS if a != "patch"]  # patch attempts come from the API
+
+
+class StartAttemptsForm(forms.Form):
+    """The start form of a task page. The command agent takes a command and files (copied to
+    $BOLTZ_AGENT_DIR); the others take neither, and what was typed for them is ignored."""
+
+    count = forms.IntegerField(
+        min_value=1,
+        max_value=MAX_START,
+        initial=1,
+        error_messages={
+            "required": f"give a number of attempts, 1 to {MAX_START}",
+            "invalid": f"give a number of attempts, 1 to {MAX_START}",
+            "min_value": f"start 1 to {MAX_START} attempts",
+            "max_value": f"start 1 to {MAX_START} attempts",
+        },
+    )
+    agent = forms.ChoiceField()
+    command = forms.CharField(required=False)
+    files = MultipleFileField(required=False, allow_empty_file=True)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        saved = list(Agent.objects.order_by("name").values_list("name", flat=True))
+        self.fields["agent"].choices = [(a, a) for a in [*PAGE_AGENTS, *saved]]
+        self.fields["agent"].error_messages["invalid_choice"] = (
+            f"%(value)s is not an agent: choose {', '.join(PAGE_AGENTS)} or a saved one"
+        )
+
+    def clean(self):
+        data = super().clean()
+        if data.get("agent") != "command":
+            data["command"], data["files"] = "", {}
+            return data
+        files: dict[str, bytes] = {}
+        for carried in self.data.getlist("carried_file") if hasattr(self.data, "getlist") else []:
+            name, _, encoded = carried.partition(":")
+            try:
+                files[name] = base64.b64decode(encoded, validate=True)
+            except (binascii.Error, ValueError):
+                self.add_error("files", f"{name}: send the file again")
+        for upload in data.get("files") or []:
+            files[Path(upload.name).name] = upload.read()
+        for name in files:
+            if not SAFE_FILE_NAME.match(name):
+                self.add_error("files", f"{name!r}: use a plain file name (letters, digits, . _ -)")
+        if sum(len(b) for b in files.values()) > MAX_START_FILES_BYTES:
+            self.add_error(
+                "files",
+                f"the files may add up to {MAX_START_FILES_BYTES // (1024 * 1024)} MB here; "
+                "save a bigger agent in the admin (Agents) with its files",
+            )
+        data["files"] = files
+        return data
+
+    def apply_error(self, exc: TaskInvalid) -> None:
+        """Show a service's refusal beside the field it names (at the top otherwise)."""
+        self.add_error(exc.field if exc.field in self.fields else None, exc.message)
+
+    def carried_fields(self) -> list[tuple[str, str]]:
+        """The cleaned choice as (name, value) pairs for the confirmation page to post again."""
+        data = self.cleaned_data
+        fields = [("count", str(data["count"])), ("agent", data["agent"])]
+        if data["command"]:
+            fields.append(("command", data["command"]))
+        fields += [
+            ("carried_file", f"{name}:{base64.b64encode(content).decode()}")
+            for name, content in data["files"].items()
+        ]
+        return fields

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import actions, views, views_pools, views_runs
+from . import actions, views, views_pools, views_runs, views_scores
 
 app_name = "attempts"
 urlpatterns = [
@@ -11,6 +11,7 @@ urlpatterns = [
     path("tasks/<slug:slug>/", views.task_detail, name="task"),
     path("tasks/<slug:slug>/attempts/", views.task_attempts_partial, name="task-attempts"),
     path("tasks/<slug:slug>/compare/", views.compare, name="compare"),
+    path("tasks/<slug:slug>/scores/", views_scores.task_scores_partial, name="task-scores"),
     path("tasks/<slug:slug>/start/", actions.start_attempts, name="start"),
     path("tasks/<slug:slug>/export.jsonl", views.task_export, name="task-export"),
     path("attempts/<int:pk>/", views.attempt_detail, name="attempt"),
@@ -22,6 +23,7 @@ urlpatterns = [
     path("attempts/<int:pk>/rerun/", actions.rerun_attempt, name="rerun"),
     path("attempts/<int:pk>/recheck/", actions.recheck_attempt, name="recheck"),
     path("attempts/<int:pk>/delete/<str:level>/", actions.delete_attempt, name="attempt-delete"),
+    path("leaderboard/", views_scores.leaderboard, name="leaderboard"),
     path("pools/", views_pools.pool_list, name="pools"),
     path("pools/<int:pk>/", views_pools.pool_detail, name="pool"),
     path("runs/", views_runs.run_list, name="runs"),

@@ -63,24 +63,24 @@ def verdict(reference: Attempt | None, noop: Attempt | None) -> tuple[str, str] 
     for name, attempt in (("reference", reference), ("noop", noop)):
         if attempt.outcome in (Outcome.INFRA_ERROR, Outcome.CANCELLED):
             problems.append(
-                f"the {name} attempt (#{attempt.number}) could not run: "
+                f"the {name} attempt ({attempt.name}) could not run: "
                 f"{attempt.failure_reason or attempt.outcome}"
             )
     if problems:
         return "invalid", "; ".join(problems)
     if reference.outcome != Outcome.PASSED:
         problem = (
-            f"reference failed (#{reference.number}, {reference.outcome}): the "
+            f"reference failed ({reference.name}, {reference.outcome}): the "
             "check does not pass with the reference solution"
         )
         check = reference.checks.order_by("created_at", "pk").only("output").last()
         quote = first_error_line(check.output) if check is not None else ""
         problems.append(f"{problem}: {quote}" if quote else problem)
     if noop.outcome == Outcome.PASSED:
-        problems.append(f"noop passed (#{noop.number}): the check passes without any change")
+        problems.append(f"noop passed ({noop.name}): the check passes without any change")
     if problems:
         return "invalid", "; ".join(problems)
-    return "valid", f"reference passed (#{reference.number}) and noop failed (#{noop.number})"
+    return "valid", f"reference passed ({reference.name}) and noop failed ({noop.name})"
 
 
 def first_error_line(output: str, limit: int = QUOTE_CHARS) -> str:

@@ -12,11 +12,21 @@ from django.db.models import F
 from django.http import FileResponse, Http404, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 
-from . import auth, diffview, services
+from . import auth, diffview, patches, services, views_compare
 from .bundle import bundle_filename
 from .datasets import FORMATS
-from .models import DONE_STATUSES, Agent, Attempt, AuditEntry, EventKind, Outcome, Task
-from .presenters import timeline_items
+from .models import (
+    DONE_STATUSES,
+    Agent,
+    Attempt,
+    AuditEntry,
+    Event,
+    EventKind,
+    Outcome,
+    SandboxState,
+    Task,
+)
+from .presenters import MAX_OPEN, render_timeline, verdict_summary
 from .selectors import (
     attempt_or_404,
     latest_checks,
@@ -111,12 +121,50 @@ def task_attempts_partial(request, slug):
 
 
 VIEWS = ("timeline", "changes", "check")
+STAGES = ("start", "agent", "check", "recheck")
+
+
+COMMAND_FOLD_CHARS = 120
 
 
 def _header_context(attempt: Attempt) -> dict:
     live = attempt.status not in DONE_STATUSES
+    # A re-check claims the kept sandbox (stopped -> live) until it ends.
+    rechecking = not live and attempt.sandbox_state == SandboxState.LIVE
     last_check = latest_checks([attempt.pk]).get(attempt.pk)
-    return {"attempt": attempt, "live": live, "poll": live, "last_check": last_check}
+    command = attempt.agent_command
+    fold = ""
+    if "\n" in command.strip() or len(command) > COMMAND_FOLD_CHARS:
+        fold = command.strip().split("\n", 1)[0][:COMMAND_FOLD_CHARS] + " …"
+    return {
+        "attempt": attempt,
+        "live": live,
+        "rechecking": rechecking,
+        "poll": live or rechecking,
+        "last_check": last_check,
+        "command_fold": fold,
+    }
+
+
+def _neighbours(attempt: Attempt) -> dict:
+    """The task's previous and next attempts (by number), for the links on every attempt page."""
+    around = attempt.task.attempts.values("pk", "number")
+    return {
+        "previous": around.filter(number__lt=attempt.number).order_by("-number").first(),
+        "next": around.filter(number__gt=attempt.number).order_by("number").first(),
+    }
+
+
+def _open_commands(attempt: Attempt, raw: str) -> dict[int, Event]:
+    """The commands a page shows as running (`open`: their start seqs), by exec number."""
+    try:
+        seqs = [int(s) for s in raw.split(",") if s][:MAX_OPEN]
+    except ValueError:
+        return {}
+    if not seqs:
+        return {}
+    starts = attempt.events.filter(kind=EventKind.EXEC, seq__in=seqs)
+    return {e.data.get("exec"): e for e in starts}
 
 
 @login_required
@@ -125,12 +173,16 @@ def attempt_detail(request, pk):
     view = request.GET.get("view", "timeline")
     if view not in VIEWS:
         view = "timeline"
-    attempt = attempt_or_404(pk, diff=view == "changes")
+    attempt = attempt_or_404(pk)
     context = {
         **_header_context(attempt),
+        **_neighbours(attempt),
         "view": view,
         "audit": AuditEntry.objects.filter(attempt_id=attempt.pk)[:50],
     }
+    context["verdict"] = verdict_summary(
+        attempt, context["last_check"], diff=attempt.diff if view == "changes" else None
+    )
     if view == "timeline":
         kind = request.GET.get("kind", "")
         events = attempt.events.order_by("seq")
@@ -142,9 +194,14 @@ def attempt_detail(request, pk):
         else:
             start = attempt.events.order_by("seq").values_list("time", flat=True).first()
             last = attempt.events.order_by("-seq").values_list("seq", flat=True).first() or 0
+        shown = render_timeline(
+            events, start, attempt_id=attempt.pk, live=context["live"] or context["rechecking"]
+        )
         context.update(
             {
-                "items": timeline_items(events, start),
+                "items": shown.items,
+                "open": ",".join(map(str, shown.open)),
+                "stage": shown.stage,
                 "kind": kind,
                 "after": last,
                 "kinds": EventKind.values,
@@ -175,35 +232,46 @@ def attempt_timeline_partial(request, pk):
     last = attempt.events.order_by("-seq").values_list("seq", flat=True).first() or after
     if events and events[-1].seq < last:
         last = events[-1].seq  # more to fetch: the next poll takes them
-    return render(
-        request,
-        "attempts/_timeline_update.html",
-        {
-            **_header_context(attempt),
-            "items": timeline_items(events, start),
-            "after": last,
-            "kind": kind,
-            "poll": attempt.status not in DONE_STATUSES or last > after,
-        },
+    header = _header_context(attempt)
+    stage = request.GET.get("stage", "")
+    shown = render_timeline(
+        events,
+        start,
+        attempt_id=attempt.pk,
+        stage=stage if stage in STAGES else "",
+        running=_open_commands(attempt, request.GET.get("open", "")),
+        live=header["poll"],
     )
+    poll = header["poll"] or last > after or bool(shown.open)
+    context = {
+        **header,
+        "items": shown.items,
+        "replacements": shown.replacements,
+        "open": ",".join(map(str, shown.open)),
+        "stage": shown.stage,
+        "after": last,
+        "kind": kind,
+        "poll": poll,
+    }
+    if not poll:  # the last poll: the verdict as it ended
+        context["verdict"] = verdict_summary(attempt, header["last_check"])
+    return render(request, "attempts/_timeline_update.html", context)
 
 
 def _changes_context(attempt: Attempt) -> dict:
     try:
-        files = diffview.split_files(attempt.diff)
+        files = patches.patch_files(attempt)
     except unidiff.UnidiffParseError as exc:
-        return {"diff_error": str(exc), "raw_diff": attempt.diff}
+        raw = attempt.diff[: diffview.MAX_RENDER_BYTES]
+        return {"diff_error": str(exc), "raw_diff": raw, "raw_cut": len(attempt.diff) > len(raw)}
     plan = []
-    for f, inline in diffview.plan_page(files):
-        rows = None
-        if inline:
-            try:
-                rows = diffview.rows_html(diffview.side_by_side(f))
-            except unidiff.UnidiffParseError:
-                rows = None
-        plan.append({"file": f, "rows": rows, "inline": inline})
+    for f, inline in diffview.plan_page(files[: diffview.MAX_LISTED_FILES]):
+        rows, text, clipped = patches.rendered(attempt, f) if inline else (None, "", False)
+        plan.append({"file": f, "rows": rows, "text": text, "clipped": clipped, "inline": inline})
     return {
-        "files": files,
+        "files": files[: diffview.MAX_LISTED_FILES],
+        "files_total": len(files),
+        "max_render_lines": diffview.MAX_RENDER_LINES,
         "plan": plan,
         "added": sum(f.added for f in files),
         "removed": sum(f.removed for f in files),
@@ -213,19 +281,29 @@ def _changes_context(attempt: Attempt) -> dict:
 @login_required
 @view_required
 def attempt_diff_file(request, pk, index):
-    """One file's side-by-side diff, loaded on request (large files, or past the page budget)."""
-    attempt = attempt_or_404(pk, diff=True)
+    """One file's side-by-side diff, loaded on request (large files, or past the page budget):
+    its first MAX_RENDER_LINES lines; with ?raw=1 the file's whole part of the patch."""
+    attempt = attempt_or_404(pk)
     try:
-        files = diffview.split_files(attempt.diff)
+        files = patches.patch_files(attempt)
     except unidiff.UnidiffParseError:
         raise Http404("the diff could not be parsed") from None
     if not 0 <= index < len(files):
         raise Http404("no such file in the diff")
-    try:
-        rows = diffview.rows_html(diffview.side_by_side(files[index]))
-    except unidiff.UnidiffParseError:
-        rows = None
-    return render(request, "attempts/_diff_rows.html", {"file": files[index], "rows": rows})
+    f = files[index]
+    if request.GET.get("raw"):
+        response = StreamingHttpResponse(
+            patches.iter_file_bytes(attempt, f), content_type="text/plain; charset=utf-8"
+        )
+        name = f"{attempt.task.slug}-{attempt.number}-file-{index + 1}.patch"
+        response["Content-Disposition"] = f'attachment; filename="{name}"'
+        return response
+    rows, text, clipped = patches.rendered(attempt, f)
+    return render(
+        request,
+        "attempts/_diff_rows.html",
+        {"file": f, "rows": rows, "text": text, "clipped": clipped, "attempt": attempt},
+    )
 
 
 @login_required
@@ -245,61 +323,8 @@ def raw_output(request, pk, name):
     return response
 
 
-@login_required
-@view_required
-def compare(request, slug):
-    task = get_object_or_404(Task, slug=slug)
-    try:
-        numbers = [int(request.GET["a"]), int(request.GET["b"])]
-    except (KeyError, ValueError):
-        return HttpResponseBadRequest(
-            "pick two attempts: ?a=NUMBER&b=NUMBER", content_type="text/plain"
-        )
-    found = {a.number: a for a in task.attempts.filter(number__in=numbers)}
-    if len(found) != len(set(numbers)):
-        raise Http404("no such attempt")
-    a, b = found[numbers[0]], found[numbers[1]]
-    sides = []
-    for attempt in (a, b):
-        try:
-            files = {f.path: f for f in diffview.split_files(attempt.diff)}
-        except unidiff.UnidiffParseError:
-            files = {}
-        sides.append(files)
-    paths = sorted(set(sides[0]) | set(sides[1]))
-    per_file = [
-        {
-            "path": p,
-            "a": sides[0].get(p),
-            "b": sides[1].get(p),
-            "same": (
-                sides[0].get(p)
-                and sides[1].get(p)
-                and sides[0][p].text.split("\n", 2)[-1] == sides[1][p].text.split("\n", 2)[-1]
-            ),
-        }
-        for p in paths
-    ]
-    checks = latest_checks([a.pk, b.pk])
-    tests = {}
-    for side, attempt in (("a", a), ("b", b)):
-        check = checks.get(attempt.pk)
-        for t in check.tests.all() if check else []:
-            tests.setdefault(t.name, {"a": "not run", "b": "not run"})[side] = t.outcome
-    test_rows = [{"name": n, **o, "differs": o["a"] != o["b"]} for n, o in sorted(tests.items())]
-    return render(
-        request,
-        "attempts/compare.html",
-        {
-            "task": task,
-            "a": a,
-            "b": b,
-            "files": per_file,
-            "tests": test_rows,
-            "check_a": checks.get(a.pk),
-            "check_b": checks.get(b.pk),
-        },
-    )
+# The compare page lives in views_compare.py; named here for the URLs.
+compare = views_compare.compare
 
 
 @login_required

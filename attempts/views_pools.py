@@ -54,6 +54,8 @@ def pool_detail(request, pk):
         env["badge"] = STATE_BADGES.get(env["state"], "")
         episodes, total = history.get(env["index"], ([], 0))
         env["earlier"] = [e for e in episodes if e.pk != env["episode"]]
+        current = next((e for e in episodes if e.pk == env["episode"]), None)
+        env["episode_name"] = current.name if current is not None else ""
         env["earlier_total"] = total - (1 if env["episode"] else 0)
         env["earlier_more"] = env["earlier_total"] - len(env["earlier"])
     return render(
@@ -73,7 +75,16 @@ def _episode_history(pool: Pool) -> dict[int, tuple[list[Attempt], int]]:
     newest first, and how many it had: one query, however many times the pool was reset."""
     rows = (
         Attempt.objects.filter(pool=pool)
-        .only("id", "pool_index", "episode_end", "episode_steps", "created_at")
+        .select_related("task")
+        .only(
+            "id",
+            "number",
+            "task__slug",
+            "pool_index",
+            "episode_end",
+            "episode_steps",
+            "created_at",
+        )
         .annotate(
             nth=Window(RowNumber(), partition_by=F("pool_index"), order_by=F("pk").desc()),
             total=Window(Count("pk"), partition_by=F("pool_index")),

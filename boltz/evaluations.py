@@ -40,7 +40,7 @@ class PredictionRefusal:
 @dataclass
 class InstanceResult:
     """One prediction's result: `resolved`, `unresolved`, `empty` or `error` (infrastructure),
-    why, its attempt (`TASK#N`, id and page) and the required tests that passed. `report` is
+    why, its attempt (`TASK #N`, id and page) and the required tests that passed. `report` is
     the harness's per-instance report.json content (`tests_status` and the rest)."""
 
     instance_id: str = ""

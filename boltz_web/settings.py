@@ -31,6 +31,8 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    # runserver (the demo's and the tests' web process) leaves static files to WhiteNoise.
+    "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "ninja",
     "attempts",
@@ -38,6 +40,10 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files: hashed names cached for a year, precompressed (boltz_web/static_storage.py).
+    "boltz_web.static_storage.StaticFilesMiddleware",
+    # Gzip for pages and JSON, never for streams or downloads (boltz_web/compression.py).
+    "boltz_web.compression.PageGZipMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -45,7 +51,11 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "attempts.middleware.SecurityHeadersMiddleware",
+    # A GET on a POST-only page's URL: a page saying what to do, not Django's empty 405.
+    "boltz_web.error_pages.MethodNotAllowedPages",
 ]
+# A form whose CSRF check failed: a page in Boltz's layout with a way back.
+CSRF_FAILURE_VIEW = "boltz_web.error_pages.csrf_failure"
 AUTHENTICATION_BACKENDS = ["attempts.auth.StaffBackend"]
 
 ROOT_URLCONF = "boltz_web.urls"
@@ -73,6 +83,13 @@ MEDIA_URL = "/files/"
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # `manage.py collectstatic` (make demo runs it) writes hashed, gzipped copies to STATIC_ROOT.
+    "staticfiles": {"BACKEND": "boltz_web.static_storage.StaticStorage"},
+}
+# Without a collectstatic (a fresh checkout, the tests), WhiteNoise serves static/ as it is.
+WHITENOISE_USE_FINDERS = True
 
 # --- Database: SQLite by default, anything dj-database-url knows through DATABASE_URL --------
 _database_url = env_str("DATABASE_URL", "")
@@ -112,6 +129,9 @@ USE_I18N = False
 USE_TZ = True
 LOGIN_URL = "attempts:login"
 LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "attempts:login"
+# Times with seconds, in the pages and the admin (boltz_web/formats/en/formats.py).
+FORMAT_MODULE_PATH = ["boltz_web.formats"]
 
 LOGGING = {
     "version": 1,

@@ -23,7 +23,7 @@ def fix_add_in_boltz():
         dataset=[Sample(input="Fix add() in calc.py so that the tests pass.")],
         solver=fix_add(),
         sandbox=("boltz", "fix-add"),  # the Boltz task each sample starts from
-        scorer=boltz_check(),          # the task's check: score, per-test results, link
+        scorer=boltz_check(),  # the task's check: score, per-test results, link
     )
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The demo: migrate, admin user, example tasks, a worker, a few attempts, the web server.
 # Run through `make demo`, which installs and starts everything this needs first.
+# BOLTZ_DEMO_ADDR: where the web server listens (default 127.0.0.1:8000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -21,6 +22,8 @@ stop() {  # stop a process started by an earlier demo, by its pid file
 if [ "${1:-}" = "stop" ]; then stop web; stop beat; stop worker; exit 0; fi
 
 $PY manage.py migrate --noinput -v0
+# Static files under content-hashed names, gzipped, which the web server caches for a year.
+$PY manage.py collectstatic --noinput -v0
 $PY manage.py ensure_admin
 $PY manage.py load_task examples/*/
 # The clone the SWE-bench example rows name (docs/INTEGRATIONS.md), where the web process and
@@ -43,20 +46,22 @@ nohup $PY manage.py run_beat > "$RUN/beat.log" 2>&1 &
 echo $! > "$RUN/beat.pid"
 echo "boltz: beat running: retention and reaper every hour (log: $RUN/beat.log)"
 
+# The demo's attempts, once: a second demo finds them and starts none.
 for task in fix-add text-utils; do
-  $PY manage.py run_attempts "$task" --agent reference -n 1 --timeout 300
-  $PY manage.py run_attempts "$task" --agent noop -n 1 --timeout 300
+  $PY manage.py run_attempts "$task" --agent reference -n 1 --top-up --timeout 300
+  $PY manage.py run_attempts "$task" --agent noop -n 1 --top-up --timeout 300
 done
 
 stop web
-nohup $PY manage.py runserver "$ADDR" --noreload --insecure > "$RUN/web.log" 2>&1 &
-echo $! > "$RUN/web.pid"
-for _ in $(seq 1 40); do
-  $PY -c "import urllib.request,sys; urllib.request.urlopen('http://$ADDR/admin/login/')" 2>/dev/null && break
-  sleep 0.5
-done
+# Starts the server and waits until it answers; says why and exits 1 when it does not.
+PY="$PY" scripts/serve_web.sh "$ADDR" "$RUN"
+URL="http://$ADDR"
+case "$ADDR" in
+  *:*) ;;
+  *) URL="http://127.0.0.1:$ADDR" ;;
+esac
 echo
-echo "Boltz is running: http://$ADDR/ (the API: http://$ADDR/api/docs)"
+echo "Boltz is running: $URL/ (the API: $URL/api/docs; log: $RUN/web.log)"
 $PY manage.py ensure_admin
 echo "An API token for the SDK: $PY manage.py create_token admin"
 echo "Stop it with: make stop"

@@ -255,6 +255,16 @@ def real(test):
     return test
 
 
+def agent_printing(attempt_id: int) -> bool:
+    """Has a running command of the attempt's agent printed? (Its live tail is on its start
+    event while it runs: a command's output is stored once, at its end.)"""
+    from attempts.models import Event, EventKind
+
+    return Event.objects.filter(
+        attempt_id=attempt_id, kind=EventKind.EXEC, actor="agent", data__has_key="live"
+    ).exists()
+
+
 def agent_commands(attempt_id: int) -> list[str]:
     """The commands an attempt's agent ran, in order, as its timeline has them."""
     from attempts.models import Attempt, EventKind

@@ -54,7 +54,7 @@ def test_a_client_drives_a_sandbox_and_every_call_is_on_its_timeline(
         assert made.status_code == 201, made.text
         sandbox = made.json()
         sid = sandbox["id"]
-        assert sandbox["state"] == "live" and sandbox["name"] == "fix-add#1"
+        assert sandbox["state"] == "live" and sandbox["name"] == "fix-add #1"
         assert bob.get(f"/api/sandboxes/{sid}").status_code == 404  # not bob's
         assert [s["id"] for s in alice.get("/api/sandboxes?label=run=r1").json()] == [sid]
 
@@ -227,7 +227,7 @@ def test_batch_attempts_come_back_as_data_and_their_callbacks_are_signed_and_ret
             assert [a["outcome"] for a in done] == ["passed", "passed"]
             assert done[0]["tests"] and done[0]["url"].startswith(web)
             one = alice.get(f"/api/attempts/{ids[0]}").json()
-            assert one["name"] == "fix-add#1" and one["score"] == 1.0
+            assert one["name"] == "fix-add #1" and one["score"] == 1.0
             with client(web, users["bob"]) as bob:
                 assert bob.get(f"/api/attempts/{ids[0]}").status_code == 404
         deadline = time.monotonic() + 60

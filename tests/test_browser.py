@@ -73,7 +73,8 @@ def shot(page, name: str) -> None:
 def start_from_task_page(page, *, count: int, agent: str, command: str = "") -> None:
     page.fill("form.start input[name=count]", str(count))
     page.select_option("form.start select[name=agent]", agent)
-    page.fill("form.start input[name=command]", command)
+    if command:  # the command box shows only for the command agent
+        page.fill("form.start input[name=command]", command)
     page.click("form.start button[type=submit]")
     page.wait_for_selector("form.confirm")
     page.click("form.confirm button[type=submit]")
@@ -147,7 +148,9 @@ def test_a_reviewer_works_through_the_ui(page, live_server, worker, load_example
     page.goto(f"{live_server.url}/tasks/fix-add/")
     start_from_task_page(page, count=1, agent="command", command="echo started; sleep 300")
     page.click("#attempt-3 a")
-    page.wait_for_selector("li.ev.kind-output", timeout=60_000)
+    page.wait_for_selector(
+        "li.ev.kind-exec.actor-agent pre.live:has-text('started')", timeout=60_000
+    )
     confirm(page, "Cancel")
     page.wait_for_selector("#attempt-header .status-cancelled", timeout=30_000)
     assert "cancelled by reviewer" in page.locator("#attempt-header").inner_text()

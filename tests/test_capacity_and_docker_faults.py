@@ -8,7 +8,7 @@ import pytest
 
 from attempts.models import EventKind, Outcome, SandboxState
 from attempts.services import attempt_create
-from tests.conftest import run_worker, wait_finished
+from tests.conftest import agent_printing, run_worker, wait_finished
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]
 
@@ -62,7 +62,7 @@ def test_host_operations_do_not_wait_behind_running_attempts(
     with run_worker(queue=queue, host="busy-host", capacity=1):
         done = wait_finished([attempt_create(task=task, agent="noop", queue=queue)])[0]
         busy = attempt_create(task=task, agent="command", command="echo go; sleep 60", queue=queue)
-        wait_until(lambda: busy.events.filter(kind=EventKind.OUTPUT).exists(), what="busy")
+        wait_until(lambda: agent_printing(busy.pk), what="busy")
         sandbox_delete(attempt=done, by="tester")
         wait_until(
             lambda: not containers_of(done.pk),

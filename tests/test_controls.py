@@ -7,7 +7,7 @@ import pytest
 from attempts.errors import TaskInvalid
 from attempts.models import Attempt, EventKind, Outcome, SandboxState, Status
 from attempts.services import attempt_cancel, attempt_create, attempt_recheck, attempt_rerun
-from tests.conftest import containers_of, new_task, wait_finished, wait_until
+from tests.conftest import agent_printing, containers_of, new_task, wait_finished, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]
 
@@ -35,7 +35,7 @@ def test_cancelling_a_queued_attempt_ends_it_at_once(db):
 def test_cancelling_a_running_attempt_stops_its_process_and_container(worker, load_example):
     task = load_example("fix-add")
     attempt = attempt_create(task=task, agent="command", command="echo go; sleep 300")
-    wait_until(lambda: attempt.events.filter(kind=EventKind.OUTPUT).exists(), what="the agent")
+    wait_until(lambda: agent_printing(attempt.pk), what="the agent")
     assert attempt_cancel(attempt=attempt, by="frank") is True
     attempt = wait_finished([attempt], timeout=30)[0]
     assert (attempt.status, attempt.outcome) == (Status.CANCELLED, Outcome.CANCELLED)

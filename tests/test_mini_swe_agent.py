@@ -357,7 +357,7 @@ def test_the_mini_command_runs_the_worked_example_of_docs_integrations_as_writte
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     saved = json.loads(trajectory.read_text())
     url = saved["info"]["boltz"]["url"]
-    assert "Boltz sandbox fix-add#" in run.stdout and url in run.stdout  # where to review it
+    assert "Boltz sandbox fix-add #" in run.stdout and url in run.stdout  # where to review it
     assert saved["info"]["exit_status"] == "Submitted"
     result = saved["info"]["boltz"]["result"]
     assert result["passed"] is True and result["score"] == 1.0 and result["outcome"] == "passed"

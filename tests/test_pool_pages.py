@@ -118,11 +118,11 @@ def test_the_detail_links_each_environment_to_its_episodes(admin_client, admin_u
 
     html = admin_client.get(f"/pools/{pool.pk}/").content.decode()
     env0 = row(html, "env-0")
-    assert f'<a href="/attempts/{done.pk}/">attempt {done.pk}</a>' in env0
+    assert f'<a href="/attempts/{done.pk}/">t #{done.number}</a>' in env0  # its name, not its id
     assert f'href="/attempts/{earlier.pk}/"' in env0 and "reset before it ended" in env0
     assert "terminated" in env0 and "1.000" in env0  # its reward: the check's score
     env1 = row(html, "env-1")
-    assert f'<a href="/attempts/{live.pk}/">attempt {live.pk}</a>' in env1
+    assert f'<a href="/attempts/{live.pk}/">t #{live.number}</a>' in env1
     assert "live" in env1 and "2 <span" in env1  # steps in the current episode
     assert "not reset yet" in row(html, "env-2")
     assert '<dd id="pool-steps">9</dd>' in html and '<dd id="pool-masked">1 ' in html
@@ -148,7 +148,7 @@ def test_earlier_episodes_are_bounded_and_counted(admin_client, admin_user):
     pool = make_pool(admin_user)
     episodes = [make_episode(pool, 0, end="reset") for _ in range(14)]
     env0 = row(admin_client.get(f"/pools/{pool.pk}/").content.decode(), "env-0")
-    assert f'href="/attempts/{episodes[-1].pk}/">attempt' in env0
+    assert f'href="/attempts/{episodes[-1].pk}/">t #{episodes[-1].number}</a>' in env0
     assert "13:" in env0 and "and 3 older" in env0
     assert f'href="/attempts/{episodes[-2].pk}/"' in env0
     assert f'href="/attempts/{episodes[0].pk}/"' not in env0

@@ -275,7 +275,7 @@ def test_the_command_evaluates_predictions_into_the_harness_report(worker, repos
     assert "nightly" in listing and "1 resolved" in listing and "2 unresolved" in listing
     detail = pages.get(f"/runs/{evaluation.pk}/").content.decode()
     assert "line 6 (ghost__lib-9): instance_id ghost__lib-9 is not in the dataset" in detail
-    assert f'href="/attempts/{stale["attempt_id"]}/">acme__calc-4#1</a>' in detail
+    assert f'href="/attempts/{stale["attempt_id"]}/">acme__calc-4 #1</a>' in detail
     task_page = pages.get("/tasks/acme__calc-1/?run=nightly").content.decode()
     assert 'id="attempt-1"' in task_page and "nightly</a>" in task_page
     assert 'id="attempt-1"' not in pages.get("/tasks/acme__calc-1/?run=other").content.decode()

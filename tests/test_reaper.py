@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from attempts.models import Attempt, EventKind, Outcome, SandboxState, Status, WorkerHost
+from attempts.models import Attempt, Outcome, SandboxState, Status, WorkerHost
 from attempts.queueing import enqueue_reap
 from attempts.services import attempt_create
 from tests.conftest import (
     ROOT,
     _worker_database_env,
+    agent_printing,
     containers_of,
     run_worker,
     wait_finished,
@@ -39,9 +40,7 @@ def test_a_worker_killed_mid_attempt_is_marked_and_its_container_reaped(
         attempt = attempt_create(
             task=task, agent="command", command="echo go; sleep 600", queue=queue
         )
-        wait_until(
-            lambda: attempt.events.filter(kind=EventKind.OUTPUT).exists(), what="the agent to start"
-        )
+        wait_until(lambda: agent_printing(attempt.pk), what="the agent to start")
         os.killpg(proc.pid, signal.SIGKILL)  # the worker and its pool, mid-attempt
         proc.wait()
     attempt.refresh_from_db()
@@ -154,9 +153,7 @@ def test_a_killed_worker_process_is_noticed_within_a_minute(
         attempt = attempt_create(
             task=task, agent="command", command="echo go; sleep 600", queue=queue
         )
-        wait_until(
-            lambda: attempt.events.filter(kind=EventKind.OUTPUT).exists(), what="the agent to start"
-        )
+        wait_until(lambda: agent_printing(attempt.pk), what="the agent to start")
         pool = _pool_children(proc.pid, "-n attempts-")
         assert len(pool) == 1
         killed_at = time.monotonic()

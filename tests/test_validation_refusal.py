@@ -66,7 +66,7 @@ def test_the_task_page_note_quotes_the_exception_of_the_failed_reference():
     task.refresh_from_db()
     assert task.validation == "invalid"
     assert task.validation_note == (
-        "reference failed (#1, failed): the check does not pass with the reference solution: "
+        "reference failed (t #1, failed): the check does not pass with the reference solution: "
         "ModuleNotFoundError: No module named 'dateutil'"
     )
 
@@ -83,7 +83,7 @@ def test_a_reference_that_passes_while_noop_also_passes_quotes_nothing():
     noop.outcome = Outcome.PASSED
     assert verdict(reference, noop) == (
         "invalid",
-        "noop passed (#2): the check passes without any change",
+        "noop passed (t #2): the check passes without any change",
     )
 
 
@@ -91,7 +91,7 @@ def test_a_reference_with_no_check_output_keeps_the_plain_refusal():
     _, reference, noop = validation_pair(reference_outcome=Outcome.AGENT_TIMEOUT)
     assert verdict(reference, noop) == (
         "invalid",
-        "reference failed (#1, agent_timeout): the check does not pass with the reference solution",
+        "reference failed (t #1, agent_timeout): the check does not pass with the reference solution",
     )
     CheckResult.objects.create(attempt=reference, passed=False, score=0.0, source="exit_code")
     assert verdict(reference, noop)[1].endswith("with the reference solution")

@@ -39,15 +39,18 @@ def task_or_error(slug: str):
     return task
 
 
-ATTEMPT_REF_HELP = "an attempt: its id (17) or TASK#N, the task's slug and its number (fix-add#3)"
+ATTEMPT_REF_HELP = (
+    "an attempt: TASK#N, its task's slug and number (fix-add#3 or 'fix-add #3'), or its id (17)"
+)
 _TASK_REF = re.compile(r"^(?P<slug>[-\w]+)\s*#\s*(?P<number>\d+)$")
 
 
 def attempts_or_error(refs: list[str]):
-    """The attempts these references name, in the same order: each is a global attempt id
-    (`17`) or TASK#N (`fix-add#3`, as pages and summaries show it). Every reference that names
-    no attempt is reported at once in a CommandError that says why."""
-    from attempts.models import Attempt, Task
+    """The attempts these references name, in the same order: each is TASK#N (`fix-add#3`, or
+    `fix-add #3` as pages and summaries name it) or a global attempt id (`17`, as in its page's
+    URL). Every reference that names no attempt is reported at once in a CommandError that says
+    why."""
+    from attempts.models import Attempt, Task, attempt_name
 
     found, problems = [], []
     for ref in refs:
@@ -64,15 +67,16 @@ def attempts_or_error(refs: list[str]):
             problems.append(f"{text!r} is not an attempt: use its id (17) or TASK#N (fix-add#3)")
             continue
         slug, number = match["slug"], int(match["number"])
+        name = attempt_name(slug, number)
         task = Task.objects.filter(slug=slug).first()
         if task is None:
-            problems.append(f"no attempt {slug}#{number}: there is no task {slug!r}")
+            problems.append(f"no attempt {name}: there is no task {slug!r}")
             continue
         attempt = task.attempts.select_related("task").filter(number=number).first()
         if attempt is None:
             numbers = list(task.attempts.order_by("number").values_list("number", flat=True))
             has = f"has attempts {_number_ranges(numbers)}" if numbers else "has no attempts"
-            problems.append(f"no attempt {slug}#{number}: task {slug} {has}")
+            problems.append(f"no attempt {name}: task {slug} {has}")
             continue
         found.append(attempt)
     if problems:

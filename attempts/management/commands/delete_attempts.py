@@ -17,7 +17,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument(
-            "ids", nargs="*", metavar="ATTEMPT", help="attempt ids (17) or TASK#N (fix-add#3)"
+            "ids",
+            nargs="*",
+            metavar="ATTEMPT",
+            help="TASK#N (fix-add#3, 'fix-add #3') or attempt ids (17)",
         )
         parser.add_argument("--task", help="attempts of this task (slug)")
         parser.add_argument("--outcome", choices=Outcome.values)

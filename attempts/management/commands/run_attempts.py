@@ -5,7 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from attempts.errors import TaskInvalid
-from attempts.models import DONE_STATUSES, Attempt
+from attempts.models import DONE_STATUSES, Attempt, Outcome, Status
 from attempts.selectors import attempt_label, attempts_summary
 from attempts.services import attempts_create
 
@@ -30,16 +30,38 @@ class Command(BaseCommand):
         parser.add_argument("-n", type=int, default=1, help="number of attempts")
         parser.add_argument("--no-wait", action="store_true", help="enqueue and return")
         parser.add_argument(
+            "--top-up",
+            action="store_true",
+            help="start only as many as the task lacks of N attempts with this agent "
+            "(cancelled attempts and infrastructure errors do not count)",
+        )
+        parser.add_argument(
             "--timeout",
             type=float,
             default=0,
             help="stop waiting after this many seconds (0: no limit)",
         )
 
-    def handle(self, *args, task, agent, command, files, n, no_wait, timeout, **options):
+    def handle(self, *args, task, agent, command, files, n, no_wait, timeout, top_up, **options):
         task_obj = task_or_error(task)
         if n < 1:
             raise CommandError("-n must be at least 1")
+        if top_up:
+            existing = list(
+                task_obj.attempts.filter(agent=agent)
+                .exclude(status=Status.CANCELLED)
+                .exclude(outcome=Outcome.INFRA_ERROR)
+                .order_by("number")
+            )
+            if len(existing) >= n:
+                names = ", ".join(attempt_label(a) for a in existing[:5])
+                more = f" and {len(existing) - 5} more" if len(existing) > 5 else ""
+                self.stdout.write(
+                    f"{task_obj.slug} already has {len(existing)} attempt(s) with agent "
+                    f"{agent} ({names}{more}): none started"
+                )
+                return
+            n -= len(existing)
         uploads = {}
         for path in files:
             if not path.is_file():

@@ -1,0 +1,478 @@
+"""Usable by keyboard, screen reader, phone and dark mode: axe-core (the copy bundled by the
+axe-playwright-python package) on every page in Debian's Chromium, light and dark, wide and
+narrow, with no serious or critical violation; the live refresh keeps focus and sideways scroll
+and says status changes aloud; the diff reaches 4.5:1 contrast, marks lines in text, has column
+headers and is one column on a phone. Seeded rows behind Django's live server, and the real
+worker where a running attempt is needed."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from attempts.models import Attempt, CheckResult, Evaluation, Event, Pool, TestOutcome
+from tests.conftest import ROOT, new_task, require, wait_finished
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+SHOTS = ROOT / "test-results" / "screenshots"
+DIFF = """diff --git a/calc.py b/calc.py
+index 8e0d4ff..6119934 100644
+--- a/calc.py
++++ b/calc.py
+@@ -1,5 +1,5 @@
+ # A tiny calculator: "strings", 42, and a comment.
+ def add(a: int, b: int) -> int:
+-    return a - b  # wrong
++    return a + b  # right
+ @decorated
+ class Calc(object): pass
+"""
+MODES = [  # (name, viewport width, colour scheme)
+    ("wide-light", 1280, "light"),
+    ("wide-dark", 1280, "dark"),
+    ("narrow-light", 375, "light"),
+    ("narrow-dark", 375, "dark"),
+]
+
+
+# --- contrast of the diff's colours, computed --------------------------------------------------
+def _rgb(colour: str) -> tuple[float, float, float]:
+    h = colour.lstrip("#")
+    if len(h) == 3:
+        h = "".join(c * 2 for c in h)
+    return tuple(int(h[i : i + 2], 16) / 255 for i in (0, 2, 4))
+
+
+def _luminance(colour: str) -> float:
+    def channel(c: float) -> float:
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = map(channel, _rgb(colour))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast(a: str, b: str) -> float:
+    """The WCAG 2 contrast ratio of two colours."""
+    high, low = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def _split_dark(css: str) -> tuple[str, str]:
+    """(the rules outside `@media (prefers-color-scheme: dark)`, the rules inside it)."""
+    marker = "@media (prefers-color-scheme: dark) {"
+    start = css.index(marker)
+    depth, end = 0, start + len(marker) - 1
+    for end in range(start + len(marker) - 1, len(css)):
+        depth += {"{": 1, "}": -1}.get(css[end], 0)
+        if depth == 0:
+            break
+    return css[:start] + css[end + 1 :], css[start + len(marker) : end]
+
+
+def _variables(block: str) -> dict[str, str]:
+    root = re.search(r":root\s*\{(.*?)\}", block, re.S).group(1)
+    return dict(re.findall(r"--([\w-]+):\s*(#[0-9a-fA-F]{3,6})", root))
+
+
+def _token_colours(block: str) -> dict[str, str]:
+    return dict(re.findall(r"\.code \.(\w+) \{ color: (#[0-9a-fA-F]{3,6})", block))
+
+
+def _code_background(block: str) -> str:
+    return re.search(r"\.code \{ background: (#[0-9a-fA-F]{3,6})", block).group(1)
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_syntax_colours_reach_4_5_to_1_on_every_diff_background(scheme):
+    boltz_light, boltz_dark = _split_dark((ROOT / "static/css/boltz.css").read_text())
+    pyg_light, pyg_dark = _split_dark((ROOT / "static/css/pygments.css").read_text())
+    variables = _variables(boltz_light)
+    if scheme == "dark":
+        variables |= _variables(boltz_dark)
+    tokens = _token_colours(pyg_dark if scheme == "dark" else pyg_light)
+    assert len(tokens) >= 60  # every Pygments class of the style has its colour here
+    backgrounds = {
+        "context": _code_background(pyg_dark if scheme == "dark" else pyg_light),
+        "card": variables["card"],
+        "added": variables["add-bg"],
+        "removed": variables["del-bg"],
+        "added, changed part": variables["add-mark"],
+        "removed, changed part": variables["del-mark"],
+    }
+    low = [
+        f".{cls} {colour} on {where} {background}: {contrast(colour, background):.2f}"
+        for cls, colour in tokens.items()
+        for where, background in backgrounds.items()
+        if contrast(colour, background) < 4.5
+    ]
+    assert not low, low
+    # The plain text, the +/- signs and the line numbers too.
+    for fg, bg in [
+        ("fg", "add-mark"),
+        ("fg", "del-mark"),
+        ("ok", "add-bg"),
+        ("bad", "del-bg"),
+        ("muted", "soft"),
+        ("info", "info-bg"),
+    ]:
+        assert contrast(variables[fg], variables[bg]) >= 4.5, (fg, bg)
+
+
+# --- the diff's markup --------------------------------------------------------------------------
+def make_attempt(task, number: int, **fields) -> Attempt:
+    now = timezone.now()
+    values = {
+        "agent": "command",
+        "agent_command": "sed -i 's/a - b/a + b/' calc.py",
+        "status": "finished",
+        "outcome": "failed",
+        "score": 0.5,
+        "started_at": now - timedelta(seconds=9),
+        "finished_at": now,
+        **fields,
+    }
+    return Attempt.objects.create(task=task, number=number, **values)
+
+
+def out(text: str) -> dict:
+    return {"head": text, "tail": "", "bytes": len(text), "truncated": False, "utf8": True}
+
+
+def seed_attempt_with_everything(task, number: int = 1, **fields) -> Attempt:
+    attempt = make_attempt(
+        task, number, changes_state="recorded", diff=DIFF, diff_bytes=len(DIFF), **fields
+    )
+    check = CheckResult.objects.create(
+        attempt=attempt,
+        passed=False,
+        score=0.5,
+        source="junit",
+        mode="fresh",
+        summary="1 of 2 tests passed; failing: t::test_x",
+        output="collected 2 items\n" + "F.\n" * 300,
+        tests_total=2,
+        tests_passed=1,
+    )
+    TestOutcome.objects.bulk_create(
+        [
+            TestOutcome(check_result=check, name="t::test_ok", outcome="passed"),
+            TestOutcome(
+                check_result=check,
+                name="t::test_x",
+                outcome="failed",
+                message="assert add(1, 2) == 3\n" + "  where -1 = add(1, 2)\n" * 40,
+            ),
+        ]
+    )
+    base = timezone.now() - timedelta(seconds=8)
+    specs = [
+        ("lifecycle", "system", {"status": "starting", "message": "creating a sandbox"}),
+        ("lifecycle", "system", {"status": "running", "message": "agent runs a command"}),
+        ("exec", "agent", {"phase": "start", "exec": 1, "step": "agent", "command": "make"}),
+        ("exec", "agent", {"phase": "end", "exec": 1, "step": "agent", "command": "make",
+                           "exit_code": 2, "duration": 1.5,
+                           "stdout": out("built\n" * 200), "stderr": out("oops\n")}),
+        ("message", "agent", {"role": "assistant", "text": "I fixed it"}),
+        ("exec", "system", {"phase": "start", "exec": 2, "step": "check", "command": "pytest"}),
+        ("exec", "system", {"phase": "end", "exec": 2, "step": "check", "command": "pytest",
+                            "exit_code": 1, "duration": 0.7, "stdout": out("1 failed\n")}),
+        ("check", "system", {"passed": False, "score": 0.5, "source": "junit",
+                             "summary": "1 of 2 tests passed; failing: t::test_x"}),
+    ]  # fmt: skip
+    Event.objects.bulk_create(
+        Event(attempt=attempt, seq=i, kind=k, actor=a, data=d, time=base + timedelta(seconds=i))
+        for i, (k, a, d) in enumerate(specs, start=1)
+    )
+    return attempt
+
+
+@pytest.mark.django_db
+def test_the_diff_marks_lines_in_text_and_has_column_headers(admin_client):
+    attempt = seed_attempt_with_everything(new_task("fix-add"))
+    html = admin_client.get(f"/attempts/{attempt.pk}/?view=changes").content.decode()
+    table = html.split('<table class="sbs code">')[1].split("</table>")[0]
+    headers = re.findall(r'<th scope="col">(.*?)</th>', table.split("</thead>")[0])
+    assert len(headers) == 4 and "Before" in headers[1] and "After" in headers[3]
+    assert re.search(r'<td class="old del"><span class="sign">-</span>', table)
+    assert re.search(r'<td class="new add"><span class="sign">\+</span>', table)
+    assert '<td class="new "><span class="sign"> </span>' in table  # context lines align
+
+
+# --- in Chromium --------------------------------------------------------------------------------
+@pytest.fixture(
+    scope="module"
+)  # its event loop must not outlive the module: other tests run their own
+def browser():
+    require(os.path.exists(CHROMIUM), "Chromium is not installed (apt-get install chromium)")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--headless",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def reviewer(django_user_model):
+    return django_user_model.objects.create_superuser("reviewer", "", "review-pass")
+
+
+def open_page(browser, url: str, *, width: int = 1280, scheme: str = "light", sign_in=True):
+    context = browser.new_context(
+        viewport={"width": width, "height": 900}, color_scheme=scheme, accept_downloads=True
+    )
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.goto(url + "/")
+    if sign_in:
+        page.fill("input[name=username]", "reviewer")
+        page.fill("input[name=password]", "review-pass")
+        page.click("button[type=submit]")
+        page.wait_for_selector("nav a:has-text('Leaderboard')")
+    return page
+
+
+def axe_script() -> str:
+    import axe_playwright_python
+
+    return (Path(axe_playwright_python.__file__).parent / "axe.min.js").read_text()
+
+
+def serious_violations(page, script: str) -> list[str]:
+    """axe-core's WCAG 2 A and AA rules on the page as it is: the serious and critical ones."""
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        page.evaluate(script)  # evaluated by the browser itself: the page's CSP does not apply
+    result = page.evaluate(
+        "() => axe.run(document, {runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa']},"
+        " resultTypes: ['violations']})"
+    )
+    return [
+        f"{v['id']} ({v['impact']}): {v['help']} at "
+        + "; ".join(" ".join(n["target"]) for n in v["nodes"][:3])
+        for v in result["violations"]
+        if v["impact"] in ("serious", "critical")
+    ]
+
+
+def seed_site(reviewer) -> dict[str, str]:
+    """One of every page's subject; returns the pages' paths by name."""
+    task = new_task(
+        "fix-add",
+        title="Fix add()",
+        instruction="Fix add() in calc.py.\nThe tests in tests/ say how.",
+        check_command="pytest -q tests",
+    )
+    done = seed_attempt_with_everything(task, 1)
+    make_attempt(task, 2, outcome="passed", score=1.0, agent="reference")
+    running = make_attempt(
+        task, 3, status="running", outcome="", score=None, finished_at=None, agent="command"
+    )
+    evaluation = Evaluation.objects.create(
+        run_id="nightly", models_evaluated=["acme/model-1"], state="finished",
+        finished_at=timezone.now(),
+    )  # fmt: skip
+    pool = Pool.objects.create(
+        owner=reviewer, tasks=["fix-add"], size=1, max_steps=50, episode_seconds=600.0
+    )
+    return {
+        "tasks": "/",
+        "task": "/tasks/fix-add/",
+        "timeline": f"/attempts/{done.pk}/",
+        "changes": f"/attempts/{done.pk}/?view=changes",
+        "check": f"/attempts/{done.pk}/?view=check",
+        "running": f"/attempts/{running.pk}/",
+        "compare": "/tasks/fix-add/compare/?a=1&b=2",
+        "leaderboard": "/leaderboard/",
+        "runs": "/runs/",
+        "run": f"/runs/{evaluation.pk}/",
+        "pools": "/pools/",
+        "pool": f"/pools/{pool.pk}/",
+        "not found": "/tasks/no-such-task/",
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(240)
+def test_axe_finds_no_serious_violation_on_any_page_light_dark_wide_narrow(
+    browser, live_server, reviewer
+):
+    paths = seed_site(reviewer)
+    script = axe_script()
+    found: dict[str, list[str]] = {}
+    for mode, width, scheme in MODES:
+        # The sign-in page, signed out.
+        page = open_page(browser, live_server.url, width=width, scheme=scheme, sign_in=False)
+        found[f"{mode} sign-in"] = serious_violations(page, script)
+        page.context.close()
+        page = open_page(browser, live_server.url, width=width, scheme=scheme)
+        for name, path in paths.items():
+            page.goto(live_server.url + path)
+            if name == "changes":
+                page.wait_for_selector("table.sbs")
+            found[f"{mode} {name}"] = serious_violations(page, script)
+        # The start confirmation, reached from the task page's form.
+        page.goto(live_server.url + paths["task"])
+        page.fill("form.start input[name=count]", "1")
+        page.select_option("form.start select[name=agent]", "command")
+        page.fill("form.start input[name=command]", "true")
+        page.click("form.start button[type=submit]")
+        page.wait_for_selector("form.confirm")
+        found[f"{mode} start confirmation"] = serious_violations(page, script)
+        page.context.close()
+    bad = {where: v for where, v in found.items() if v}
+    assert not bad, "\n".join(f"{where}: {v}" for where, v in bad.items())
+    assert len(found) == len(MODES) * (len(paths) + 2)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(120)
+def test_the_diff_is_one_column_on_a_phone_and_dark_mode_follows_the_system(
+    browser, live_server, reviewer
+):
+    paths = seed_site(reviewer)
+    boxes = {}
+    for width in (1280, 375):
+        page = open_page(browser, live_server.url, width=width)
+        page.goto(live_server.url + paths["changes"])
+        row = page.locator("table.sbs tr.change").first
+        boxes[width] = (row.locator("td.del").bounding_box(), row.locator("td.add").bounding_box())
+        if width == 375:
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SHOTS / "a11y-diff-narrow.png"), full_page=True)
+            # Nothing wider than the screen but the table's own scrolling.
+            assert page.evaluate("document.documentElement.scrollWidth") <= 375
+        page.context.close()
+    old, new = boxes[1280]
+    assert new["x"] > old["x"] + old["width"] - 1 and abs(new["y"] - old["y"]) < 2  # side by side
+    old, new = boxes[375]
+    assert abs(new["x"] - old["x"]) < 2 and new["y"] >= old["y"] + old["height"] - 1  # stacked
+    assert new["width"] > 250  # not 13-character sides
+
+    shades = {}
+    for scheme in ("light", "dark"):
+        page = open_page(browser, live_server.url, scheme=scheme)
+        page.goto(live_server.url + paths["changes"])
+        shades[scheme] = page.evaluate(
+            """() => [document.body, document.querySelector('section.card'),
+                      document.querySelector('table.sbs td.add')].map(
+                e => getComputedStyle(e).backgroundColor.match(/\\d+/g).slice(0, 3)
+                     .map(Number).reduce((a, b) => a + b, 0))"""
+        )
+        if scheme == "dark":
+            page.screenshot(path=str(SHOTS / "a11y-changes-dark.png"), full_page=True)
+        page.context.close()
+    assert all(v > 600 for v in shades["light"]), shades
+    assert all(v < 200 for v in shades["dark"]), shades
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(120)
+def test_keyboard_gets_a_skip_link_a_focus_ring_and_focusable_scrolling_output(
+    browser, live_server, reviewer
+):
+    paths = seed_site(reviewer)
+    page = open_page(browser, live_server.url, width=375)
+    page.goto(live_server.url + paths["check"])
+    page.keyboard.press("Tab")
+    skip = page.locator("a.skip")
+    assert page.evaluate("document.activeElement.className") == "skip" and skip.is_visible()
+    ring = skip.evaluate(
+        "e => getComputedStyle(e).outlineStyle + ' ' + getComputedStyle(e).outlineWidth"
+    )
+    assert ring == "solid 3px"
+    page.keyboard.press("Enter")
+    assert page.evaluate("document.activeElement.id") == "main"
+    # The check's long output scrolls, and a keyboard can reach it to scroll it.
+    output = page.locator("section pre.out").last
+    assert output.evaluate("e => e.scrollHeight > e.clientHeight")
+    assert output.get_attribute("tabindex") == "0"
+    page.context.close()
+
+
+def count_polls(page) -> None:
+    page.evaluate(
+        """() => { window.__polls = 0;
+        document.addEventListener('htmx:afterRequest', () => { window.__polls += 1; }); }"""
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(120)
+def test_a_table_scrolled_sideways_keeps_its_scroll_and_status_changes_are_said(
+    browser, live_server, reviewer
+):
+    paths = seed_site(reviewer)
+    running = Attempt.objects.get(number=3)
+    page = open_page(browser, live_server.url, width=375)
+    page.goto(live_server.url + paths["task"])
+    table = page.locator("#attempts table.grid")
+    assert table.evaluate("e => e.scrollWidth > e.clientWidth")  # it does scroll sideways
+    page.locator("#attempt-3 a").first.focus()  # (focusing it scrolls it into view: first)
+    table.evaluate("e => { e.scrollLeft = 120; }")
+    count_polls(page)
+    page.wait_for_function("() => window.__polls >= 3")
+    assert table.evaluate("e => e.scrollLeft") == 120
+    # A status change arrives: only it changes, and it is said aloud.
+    Attempt.objects.filter(pk=running.pk).update(status="checking")
+    page.wait_for_selector("#attempt-3 .status-checking")
+    assert "#3: Checking" in page.locator("#live-note[role=status]").inner_text()
+    page.evaluate("window.__polls = 0")
+    page.wait_for_function("() => window.__polls >= 2")
+    assert table.evaluate("e => e.scrollLeft") == 120
+    assert page.evaluate("document.activeElement.textContent") == "#3"
+    page.context.close()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.docker
+@pytest.mark.worker
+@pytest.mark.timeout(180)
+def test_focus_stays_on_cancel_across_refreshes_of_a_running_attempt(
+    browser, live_server, reviewer, worker, load_example
+):
+    from attempts.services import attempt_create
+
+    task = load_example("fix-add")
+    attempt = attempt_create(
+        task=task,
+        agent="command",
+        command="for i in $(seq 1 120); do echo step $i; sleep 0.5; done",
+    )
+    page = open_page(browser, live_server.url)
+    page.goto(f"{live_server.url}/attempts/{attempt.pk}/")
+    assert page.locator("div[role=log] ol#events").count() == 1
+    page.wait_for_selector("li.ev.kind-exec.actor-agent pre.live", timeout=60_000)
+    cancel = page.locator("#attempt-cancel")
+    cancel.focus()
+    count_polls(page)
+    tails = set()
+    for polls in range(2, 8, 2):  # several refreshes, while the live tail keeps changing
+        page.wait_for_function(f"() => window.__polls >= {polls}")
+        assert page.evaluate("document.activeElement.id") == "attempt-cancel", polls
+        tails.add(page.locator("li.ev.kind-exec.actor-agent pre.live").inner_text())
+    assert len(tails) >= 2  # the page did change under the focused button
+    # The keyboard acts on it: Enter asks to confirm the cancel.
+    page.keyboard.press("Enter")
+    page.wait_for_selector("form.confirm")
+    page.click("form.confirm button[type=submit]")
+    (attempt,) = wait_finished([attempt], timeout=60)
+    assert attempt.status == "cancelled" or attempt.outcome == "cancelled"
+    page.context.close()

@@ -1,0 +1,436 @@
+"""The attempt page: the verdict summary at its top, the quiet timeline (one row per command,
+stages, system steps folded and said in words, chat bubbles, a search box), the live tail of a
+running command, previous / next links, the long command folded, the check tab following a
+re-check. Pure parts and rows through Django's test client; a real attempt and a command
+printing 5 MB slowly in Debian's Chromium (Playwright) with a real worker."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from attempts.capture import StreamCapture
+from attempts.models import Attempt, CheckResult, Event, TestOutcome
+from attempts.presenters import stream_text
+from tests.conftest import ROOT, new_task, require, wait_finished, wait_until
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+SHOTS = ROOT / "test-results" / "screenshots"
+DIFF = """diff --git a/calc.py b/calc.py
+index 8e0d4ff..6119934 100644
+--- a/calc.py
++++ b/calc.py
+@@ -1,3 +1,3 @@
+ def add(a, b):
+-    return a - b
++    return a + b
+ # end
+"""
+INSTRUCTION = "Fix add() in calc.py.\nline 2\nline 3\nline 4\nline 5 hidden at first\nline 6"
+
+
+def make_attempt(task, number, outcome="failed", **kw) -> Attempt:
+    now = timezone.now()
+    return Attempt.objects.create(
+        task=task,
+        number=number,
+        agent=kw.pop("agent", "command"),
+        status=kw.pop("status", "finished"),
+        outcome=outcome,
+        score=kw.pop("score", 0.6),
+        started_at=now - timedelta(seconds=5),
+        finished_at=now,
+        **kw,
+    )
+
+
+def add_events(attempt, *specs) -> None:
+    """Events from (kind, actor, data) in order."""
+    base = timezone.now() - timedelta(seconds=len(specs))
+    Event.objects.bulk_create(
+        Event(
+            attempt=attempt,
+            seq=i,
+            kind=kind,
+            actor=actor,
+            data=data,
+            time=base + timedelta(seconds=i),
+        )
+        for i, (kind, actor, data) in enumerate(specs, start=1)
+    )
+
+
+def out(text: str) -> dict:
+    return {"head": text, "tail": "", "bytes": len(text), "truncated": False, "utf8": True}
+
+
+def rows_of(html: str, cls: str) -> list[str]:
+    return re.findall(rf'<li class="ev {cls}"[^>]*>(.*?)</li>', html, re.S)
+
+
+# --- pure parts ---------------------------------------------------------------------------------
+def test_the_live_tail_is_the_latest_output_starting_on_a_whole_line():
+    capture = StreamCapture(head_limit=10, tail_limit=10, recent_limit=64)
+    for i in range(1000):
+        capture.feed(f"line {i:04d} é\n".encode())
+    text = capture.recent_text()
+    assert text.endswith("line 0999 é\n") and text.startswith("line ")
+    assert len(text.encode()) <= 64
+    assert capture.total_bytes == 1000 * len("line 0000 é\n".encode())
+    assert StreamCapture(head_limit=10, tail_limit=10).recent_text() == ""  # off by default
+
+
+def test_a_cut_stream_is_joined_at_line_boundaries():
+    info = {
+        "head": "first line\nsecond li",
+        "tail": "ne 99\nlast line\n",
+        "bytes": 10_000,
+        "truncated": True,
+        "omitted_bytes": 5000,
+    }
+    text = stream_text(info)
+    assert text.startswith("first line\n[… ") and text.endswith("]\nlast line\n")
+    assert "second li" not in text and "ne 99" not in text
+    assert "4.9 KiB left out" in text  # 5000 + the two partial lines
+
+
+# --- pages through the test client --------------------------------------------------------------
+@pytest.mark.django_db
+def test_the_verdict_summary_says_what_was_asked_how_it_was_checked_and_what_changed(
+    admin_client,
+):
+    task = new_task("fix-add", instruction=INSTRUCTION, check_command="pytest -q tests")
+    attempt = make_attempt(
+        task,
+        1,
+        changes_state="recorded",
+        diff=DIFF,
+        diff_bytes=len(DIFF),
+        tamper={"protected": [{"path": "tests/conftest.py", "change": "modified"}]},
+    )
+    check = CheckResult.objects.create(
+        attempt=attempt,
+        passed=False,
+        score=0.6,
+        source="junit",
+        mode="fresh",
+        summary="3 of 5 required tests passed; not passing: t::test_x, t::test_y",
+        tests_total=5,
+        tests_passed=3,
+    )
+    TestOutcome.objects.bulk_create(
+        [
+            TestOutcome(check_result=check, name="t::test_ok", outcome="passed"),
+            TestOutcome(
+                check_result=check,
+                name="t::test_x",
+                outcome="failed",
+                message="assert add(1, 2) == 3\n  where -1 = add(1, 2)",
+            ),
+            TestOutcome(check_result=check, name="t::test_y", outcome="error", message="boom"),
+        ]
+    )
+    html = admin_client.get(f"/attempts/{attempt.pk}/").content.decode()
+    verdict = html.split('id="verdict"')[1].split("</section>")[0]
+    assert "3 of 5 required tests passed; not passing: t::test_x, t::test_y." in verdict
+    assert "score 0.6" in verdict and "(checked in a fresh container)" in verdict
+    assert "Fix add() in calc.py.\nline 2\nline 3\nline 4</pre>" in verdict
+    assert "<summary>the whole instruction</summary>" in verdict and "line 6" in verdict
+    assert '<code class="checkcmd">pytest -q tests</code>' in verdict
+    # Failing tests with their messages, kept multi-line; the passing one is not listed.
+    assert "assert add(1, 2) == 3\n  where -1 = add(1, 2)</pre>" in verdict
+    assert "t::test_y" in verdict and "t::test_ok" not in verdict
+    assert "<code>calc.py</code>" in verdict and "+1" in verdict and "−1" in verdict
+    assert "The agent touched what the check relies on." in verdict
+    assert "protected path <code>tests/conftest.py</code>: modified" in verdict
+
+
+@pytest.mark.django_db
+def test_an_infrastructure_error_is_flagged_with_its_reason_and_does_not_count(admin_client):
+    task = new_task("fix-add")
+    attempt = make_attempt(
+        task, 1, "infra_error", score=None, failure_reason="start: Docker daemon unreachable"
+    )
+    html = admin_client.get(f"/attempts/{attempt.pk}/").content.decode()
+    verdict = html.split('id="verdict"')[1].split("</section>")[0]
+    assert "Infrastructure error, not the agent's failure:</strong> start: Docker daemon" in verdict
+    assert "It does not count:" in verdict
+    assert "The agent touched" not in verdict
+
+
+@pytest.mark.django_db
+def test_commands_are_one_row_each_in_stages_with_the_systems_steps_folded_in_words(
+    admin_client,
+):
+    task = new_task("fix-add")
+    attempt = make_attempt(task, 1)
+    add_events(
+        attempt,
+        ("lifecycle", "system", {"status": "starting", "message": "creating a sandbox"}),
+        ("exec", "system", {"phase": "start", "exec": 1, "step": "setup", "command": "pip i"}),
+        ("exec", "system", {"phase": "end", "exec": 1, "step": "setup", "command": "pip i",
+                            "exit_code": 0, "duration": 0.2, "stdout": out("ok\n")}),
+        ("lifecycle", "system", {"status": "running", "message": "agent runs a command"}),
+        ("exec", "agent", {"phase": "start", "exec": 2, "step": "agent", "command": "make fix"}),
+        ("output", "agent", {"exec": 2, "stream": "stdout", "text": "half a li"}),
+        ("output", "agent", {"exec": 2, "stream": "stdout", "text": "ne\nsecond\n"}),
+        ("exec", "agent", {"phase": "end", "exec": 2, "step": "agent", "command": "make fix",
+                           "exit_code": 2, "duration": 1.5,
+                           "stdout": out("half a line\nsecond\n"), "stderr": out("oops\n")}),
+        ("message", "agent", {"role": "assistant", "text": "I fixed <b>it</b>"}),
+        ("lifecycle", "system", {"status": "checking", "message": "ending every process"}),
+        ("file", "system", {"action": "diff", "files": 1, "bytes": 120, "truncated": False}),
+        ("exec", "system", {"phase": "start", "exec": 3, "step": "reset",
+                            "command": "reset 1 protected path(s) to the base, remove 0, "
+                                       "restore 2 hidden check file(s)"}),
+        ("exec", "system", {"phase": "end", "exec": 3, "step": "reset",
+                            "command": "reset 1 protected path(s) to the base, remove 0, "
+                                       "restore 2 hidden check file(s)",
+                            "exit_code": 0, "duration": 0.1}),
+        ("exec", "system", {"phase": "start", "exec": 4, "step": "check", "command": "pytest"}),
+        ("exec", "system", {"phase": "end", "exec": 4, "step": "check", "command": "pytest",
+                            "exit_code": 1, "duration": 0.7, "stdout": out("1 failed\n")}),
+        ("check", "system", {"passed": False, "score": 0.0, "source": "junit",
+                             "summary": "0 of 1 tests passed; failing: t::test_x"}),
+        ("lifecycle", "system", {"status": "finished", "outcome": "failed", "reason": "",
+                                 "message": "finished: failed"}),
+    )  # fmt: skip
+    html = admin_client.get(f"/attempts/{attempt.pk}/").content.decode()
+    timeline = html.split('id="events"')[1].split("</ol>\n")[0]
+    # One row per command, its output as one block per stream, joined at line boundaries.
+    agent_rows = rows_of(timeline, "kind-exec actor-agent")
+    assert len(agent_rows) == 1
+    assert '<code class="cmd">$ make fix</code>' in agent_rows[0]
+    assert "exit 2" in agent_rows[0] and "1.50s" in agent_rows[0]
+    assert "half a line\nsecond\n</pre>" in agent_rows[0] and "oops" in agent_rows[0]
+    assert "half a li<" not in timeline and "kind-output" not in timeline
+    # Stages, and the system's own steps folded, in words.
+    assert [s for s in re.findall(r'class="stage stage-(\w+)"', timeline)] == [
+        "start",
+        "agent",
+        "check",
+    ]
+    assert timeline.count('<li class="sysgroup"><details>') == 3
+    assert "Reset 1 protected path to the base, remove 0, restore 2 hidden check files" in timeline
+    assert "Recorded the changes: 1 file, 120 bytes of patch" in timeline
+    assert "$ reset" not in timeline and "False" not in timeline and "(s)" not in timeline
+    # The check command and its verdict stay in sight; the agent's message is a chat bubble.
+    check_rows = rows_of(timeline, "kind-exec actor-system")
+    assert any('Check:</span> <code class="cmd">$ pytest</code>' in r for r in check_rows)
+    assert "0 of 1 tests passed; failing: t::test_x" in timeline
+    assert '<div class="bubble role-assistant">' in timeline
+    assert "I fixed &lt;b&gt;it&lt;/b&gt;" in timeline
+
+
+@pytest.mark.django_db
+def test_a_poll_redraws_a_running_command_with_its_live_tail_then_with_its_end(admin_client):
+    task = new_task("fix-add")
+    attempt = make_attempt(task, 1, outcome="", status="running", score=None)
+    live = {"stdout": {"tail": "line 99999\n", "bytes": 5_000_000}, "stderr": {"bytes": 0}}
+    add_events(
+        attempt,
+        ("lifecycle", "system", {"status": "running", "message": "agent"}),
+        ("exec", "agent", {"phase": "start", "exec": 1, "step": "agent", "command": "spam",
+                           "live": live}),
+    )  # fmt: skip
+    page = admin_client.get(f"/attempts/{attempt.pk}/").content.decode()
+    assert "line 99999" in page and "stdout 4.8 MiB" in page and 'data-state="running"' in page
+    assert "open=2" in page and "stage=agent" in page
+    poll = admin_client.get(f"/attempts/{attempt.pk}/timeline/?after=2&open=2&stage=agent")
+    html = poll.content.decode()
+    assert '<li hx-swap-oob="outerHTML" class="ev kind-exec actor-agent" id="cmd-1"' in html
+    assert "line 99999" in html and "open=2" in html and "stage=agent" in html
+    Event.objects.create(
+        attempt=attempt,
+        seq=3,
+        kind="exec",
+        actor="agent",
+        data={"phase": "end", "exec": 1, "step": "agent", "command": "spam", "exit_code": 0,
+              "duration": 9.0, "stdout": out("done\n")},
+    )  # fmt: skip
+    html = admin_client.get(
+        f"/attempts/{attempt.pk}/timeline/?after=2&open=2&stage=agent"
+    ).content.decode()
+    redrawn = html.split('id="cmd-1"')[1]
+    assert "exit 0" in redrawn and "done" in redrawn and "line 99999" not in html
+    assert "open=" not in html.split('id="attempt-header"')[0]
+    assert html.count('id="cmd-1"') == 1  # the end is not appended as a second row
+
+
+@pytest.mark.django_db
+def test_every_attempt_page_links_the_previous_and_next_attempts(admin_client):
+    task = new_task("fix-add")
+    first, second = make_attempt(task, 1), make_attempt(task, 3)
+    html = admin_client.get(f"/attempts/{first.pk}/?view=check").content.decode()
+    assert "no earlier attempt" in html
+    assert f'href="/attempts/{second.pk}/?view=check">fix-add #3 →</a>' in html
+    html = admin_client.get(f"/attempts/{second.pk}/").content.decode()
+    assert f'href="/attempts/{first.pk}/?view=timeline">← fix-add #1</a>' in html
+    assert "no later attempt" in html
+
+
+@pytest.mark.django_db
+def test_a_long_agent_command_is_folded_in_the_header_with_a_show_all(admin_client):
+    task = new_task("fix-add")
+    command = "python3 - <<'EOF'\n" + "print('x' * 80)\n" * 40 + "EOF"
+    attempt = make_attempt(task, 1, agent_command=command)
+    html = admin_client.get(f"/attempts/{attempt.pk}/").content.decode()
+    header = html.split('id="attempt-header"')[1].split("</section>")[0]
+    assert "<summary><code>python3 - &lt;&lt;&#x27;EOF&#x27; …</code>" in header
+    assert "show all" in header and header.count("print(&#x27;x&#x27; * 80)") == 40
+
+
+@pytest.mark.django_db
+def test_the_check_tab_refreshes_itself_while_a_recheck_runs(admin_client):
+    task = new_task("fix-add")
+    attempt = make_attempt(task, 1, sandbox_state="live", container_id="c", host="h")
+    html = admin_client.get(f"/attempts/{attempt.pk}/?view=check").content.decode()
+    checks = html.split('id="checks"')[1].split(">")[0]
+    assert 'hx-trigger="every 2s' in checks and 'hx-select="#checks"' in checks
+    assert "A re-check is running" in html
+    Attempt.objects.filter(pk=attempt.pk).update(sandbox_state="stopped")
+    html = admin_client.get(f"/attempts/{attempt.pk}/?view=check").content.decode()
+    assert "hx-trigger" not in html.split('id="checks"')[1].split(">")[0]
+
+
+@pytest.mark.django_db
+def test_a_5000_event_page_takes_a_bounded_number_of_queries(
+    admin_client, django_assert_max_num_queries
+):
+    task = new_task("fix-add")
+    attempt = make_attempt(task, 1, changes_state="recorded", diff=DIFF, diff_bytes=len(DIFF))
+    make_attempt(task, 2)
+    add_events(
+        attempt,
+        *[("output", "agent", {"stream": "stdout", "text": f"line {s}\n"}) for s in range(4000)],
+        *[
+            ("exec", "agent", {"phase": p, "exec": n, "command": "ls", "exit_code": 0})
+            for n in range(500)
+            for p in ("start", "end")
+        ],
+    )
+    with django_assert_max_num_queries(12):
+        html = admin_client.get(f"/attempts/{attempt.pk}/").content.decode()
+    assert 'id="ev-4000"' in html and html.count('<li class="ev kind-exec') == 500
+
+
+# --- in Chromium, with a real worker ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def browser():
+    require(os.path.exists(CHROMIUM), "Chromium is not installed (apt-get install chromium)")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--headless", "--disable-gpu", "--no-first-run"],
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, live_server, django_user_model):
+    django_user_model.objects.create_superuser("reviewer", "", "review-pass")
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.goto(live_server.url + "/")
+    page.fill("input[name=username]", "reviewer")
+    page.fill("input[name=password]", "review-pass")
+    page.click("button[type=submit]")
+    yield page
+    context.close()
+
+
+def start(task, command: str) -> Attempt:
+    from attempts.services import attempt_create
+
+    return attempt_create(task=task, agent="command", command=command)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.docker
+@pytest.mark.worker
+@pytest.mark.timeout(180)
+def test_a_real_attempt_reads_at_a_glance_in_the_browser(page, live_server, worker, load_example):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    task = load_example("text-utils")
+    attempt = start(
+        task,
+        "echo looking; python3 -m pytest -q -p no:cacheprovider tests | tail -3; "
+        "sed -i 's/text.split(\" \")/text.split()/' textutils.py; echo fixed one >&2",
+    )
+    (attempt,) = wait_finished([attempt], timeout=120)
+    page.goto(f"{live_server.url}/attempts/{attempt.pk}/")
+    verdict = page.locator("#verdict")
+    text = verdict.inner_text()
+    assert "3 of 5 tests passed; failing:" in text and "test_slugify_lowercases" in text
+    assert "Three tests in tests/test_textutils.py fail." in text
+    assert "pytest -q -p no:cacheprovider --junitxml" in text
+    assert "textutils.py" in verdict.locator("ul.files").inner_text()
+    assert verdict.locator("ul.failing pre.msg").first.inner_text().count("\n") >= 1
+    # One row for the agent's command; the system's steps folded away, but searchable.
+    agent_rows = page.locator("li.ev.kind-exec.actor-agent")
+    assert agent_rows.count() == 1
+    row = agent_rows.first.inner_text()
+    assert "exit 0" in row and "fixed one" in row and "looking" in row
+    assert page.locator("li.sysgroup details[open]").count() == 0
+    recorded = page.locator("li.ev.kind-file:has-text('Recorded the changes')")
+    assert not recorded.is_visible()  # folded: its fold's summary names it
+    page.screenshot(path=str(SHOTS / "attempt-page-finished.png"), full_page=True)
+    page.fill("#timeline-search", "recorded the changes")
+    recorded.wait_for(state="visible")
+    assert not agent_rows.first.is_visible()
+    assert "1 row matches" in page.locator("#timeline-found").inner_text()
+    page.fill("#timeline-search", "")
+    agent_rows.first.wait_for(state="visible")
+    page.click("#timeline-unfold")
+    assert page.locator("li.sysgroup details[open]").count() >= 2
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.docker
+@pytest.mark.worker
+@pytest.mark.timeout(180)
+def test_the_live_tail_of_a_command_printing_5_mb_slowly_shows_its_last_line(
+    page, live_server, worker, load_example
+):
+    from attempts.services import attempt_cancel
+
+    task = load_example("fix-add")
+    script = (
+        "import sys, time\n"
+        "line = 'x' * 99 + '\\n'\n"
+        "for second in range(5):\n"
+        "    sys.stdout.write(line * 10_000); sys.stdout.flush(); time.sleep(1)\n"
+        "print('the last line of 5 MB', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    attempt = start(task, f"python3 -c {shlex.quote(script)}")
+    page.goto(f"{live_server.url}/attempts/{attempt.pk}/")
+    page.wait_for_selector("li.ev.kind-exec.actor-agent pre.live", timeout=60_000)
+    page.wait_for_selector("pre.live:has-text('the last line of 5 MB')", timeout=60_000)
+    page.screenshot(path=str(SHOTS / "attempt-page-live-tail.png"), full_page=True)
+    row = page.locator("li.ev.kind-exec.actor-agent")
+    assert row.get_attribute("data-state") == "running"
+    said = row.locator(".livestats").inner_text()
+    assert "stdout 4.8 MiB" in said and re.search(r"for \d", said), said
+    assert len(row.locator("pre.live").inner_text().encode()) <= 4096
+    attempt_cancel(attempt=attempt, by="reviewer")
+    (attempt,) = wait_finished([attempt], timeout=60)
+    page.wait_for_selector("li.ev.kind-exec.actor-agent[data-state=done]", timeout=30_000)
+    done = page.locator("li.ev.kind-exec.actor-agent").inner_text()
+    assert "stopped" in done and "the last line of 5 MB" in done
+    assert page.locator("li.ev.kind-exec.actor-agent").count() == 1
+    # The live tail gave way to the end: not kept in the start event.
+    starts = Event.objects.filter(attempt=attempt, kind="exec", data__phase="start")
+    assert all("live" not in e.data for e in starts)
+    wait_until(lambda: page.locator("#poller[data-live=no]").count() == 1, what="polling to stop")
