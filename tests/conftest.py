@@ -243,6 +243,55 @@ def sdk_client(url: str, username: str):
         yield client
 
 
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@contextlib.contextmanager
+def chromium():
+    """Debian's Chromium under Playwright's sync API. Use it from a module-scoped fixture:
+    Playwright's event loop runs in this thread, and must not outlive the module (later tests
+    run event loops of their own)."""
+    require(os.path.exists(CHROMIUM), "Chromium is not installed (apt-get install chromium)")
+    # The ORM calls the tests make next to Playwright's loop are still synchronous.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--headless",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@contextlib.contextmanager
+def signed_in_page(browser, url: str, user_model, **context_options):
+    """A page of a new browser context, signed in at `url` as a new superuser `reviewer`."""
+    user_model.objects.create_superuser("reviewer", "", "review-pass")
+    context = browser.new_context(**{"viewport": {"width": 1280, "height": 900}, **context_options})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.goto(url + "/")
+    page.fill("input[name=username]", "reviewer")
+    page.fill("input[name=password]", "review-pass")
+    page.click("button[type=submit]")
+    try:
+        yield page
+    finally:
+        context.close()
+
+
 def real(test):
     """Marks a test that runs against the web server process, the worker and Docker."""
     for mark in (

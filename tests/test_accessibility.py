@@ -7,9 +7,7 @@ worker where a running attempt is needed."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,9 +15,8 @@ import pytest
 from django.utils import timezone
 
 from attempts.models import Attempt, CheckResult, Evaluation, Event, Pool, TestOutcome
-from tests.conftest import ROOT, new_task, require, wait_finished
+from tests.conftest import ROOT, chromium, new_task, wait_finished
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = ROOT / "test-results" / "screenshots"
 DIFF = """diff --git a/calc.py b/calc.py
 index 8e0d4ff..6119934 100644
@@ -205,29 +202,10 @@ def test_the_diff_marks_lines_in_text_and_has_column_headers(admin_client):
 
 
 # --- in Chromium --------------------------------------------------------------------------------
-@pytest.fixture(
-    scope="module"
-)  # its event loop must not outlive the module: other tests run their own
+@pytest.fixture(scope="module")
 def browser():
-    require(os.path.exists(CHROMIUM), "Chromium is not installed (apt-get install chromium)")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--headless",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
-        )
-        yield browser
-        browser.close()
+    with chromium() as launched:  # module-scoped: its event loop ends with the module
+        yield launched
 
 
 @pytest.fixture

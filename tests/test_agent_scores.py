@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import re
-import shutil
 from datetime import timedelta
 
 import pytest
@@ -27,9 +25,8 @@ from attempts.agent_scores import (
     sorted_agents,
 )
 from attempts.models import Attempt
-from tests.conftest import ROOT, new_task, require
+from tests.conftest import ROOT, chromium, new_task
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = ROOT / "test-results" / "screenshots"
 
 
@@ -322,17 +319,8 @@ def test_score_pages_need_a_signed_in_viewer(client):
 # --- in Chromium ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def browser():
-    require(os.path.exists(CHROMIUM), "Chromium is not installed (apt-get install chromium)")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", "--headless", "--disable-gpu", "--no-first-run"],
-        )
-        yield browser
-        browser.close()
+    with chromium() as launched:  # module-scoped: its event loop ends with the module
+        yield launched
 
 
 @pytest.mark.django_db(transaction=True)

@@ -6,10 +6,8 @@ printing 5 MB slowly in Debian's Chromium (Playwright) with a real worker."""
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-import shutil
 from datetime import timedelta
 
 import pytest
@@ -18,9 +16,15 @@ from django.utils import timezone
 from attempts.capture import StreamCapture
 from attempts.models import Attempt, CheckResult, Event, TestOutcome
 from attempts.presenters import stream_text
-from tests.conftest import ROOT, new_task, require, wait_finished, wait_until
+from tests.conftest import (
+    ROOT,
+    chromium,
+    new_task,
+    signed_in_page,
+    wait_finished,
+    wait_until,
+)
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = ROOT / "test-results" / "screenshots"
 DIFF = """diff --git a/calc.py b/calc.py
 index 8e0d4ff..6119934 100644
@@ -323,31 +327,14 @@ def test_a_5000_event_page_takes_a_bounded_number_of_queries(
 # --- in Chromium, with a real worker ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def browser():
-    require(os.path.exists(CHROMIUM), "Chromium is not installed (apt-get install chromium)")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", "--headless", "--disable-gpu", "--no-first-run"],
-        )
-        yield browser
-        browser.close()
+    with chromium() as launched:  # module-scoped: its event loop ends with the module
+        yield launched
 
 
 @pytest.fixture
 def page(browser, live_server, django_user_model):
-    django_user_model.objects.create_superuser("reviewer", "", "review-pass")
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    page.goto(live_server.url + "/")
-    page.fill("input[name=username]", "reviewer")
-    page.fill("input[name=password]", "review-pass")
-    page.click("button[type=submit]")
-    yield page
-    context.close()
+    with signed_in_page(browser, live_server.url, django_user_model) as signed_in:
+        yield signed_in
 
 
 def start(task, command: str) -> Attempt:

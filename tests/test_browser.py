@@ -4,8 +4,6 @@ worker running the attempts. Screenshots of each page go to test-results/screens
 from __future__ import annotations
 
 import io
-import os
-import shutil
 import time
 import zipfile
 from pathlib import Path
@@ -13,56 +11,28 @@ from pathlib import Path
 import pytest
 
 from attempts.models import Attempt
-from tests.conftest import ROOT, containers_of, require, wait_until
+from tests.conftest import ROOT, chromium, containers_of, signed_in_page, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = ROOT / "test-results" / "screenshots"
 XSS_MARKERS = ("<script>window.__xss=1</script>", '"><img src=x onerror="window.__xss=2">')
 
 
-@pytest.fixture(
-    scope="module"
-)  # its event loop must not outlive the module: other tests run their own
+@pytest.fixture(scope="module")
 def browser():
-    require(os.path.exists(CHROMIUM), "Chromium is not installed (apt-get install chromium)")
-    # Playwright's sync API runs an event loop in this thread; the ORM calls the tests make
-    # next to it are still synchronous.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--headless",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
-        )
-        yield browser
-        browser.close()
+    with chromium() as launched:  # module-scoped: its event loop ends with the module
+        yield launched
 
 
 @pytest.fixture
 def page(browser, live_server, django_user_model):
-    django_user_model.objects.create_superuser("reviewer", "", "review-pass")
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    page.dialogs = []
-    page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
-    page.goto(live_server.url + "/")
-    page.fill("input[name=username]", "reviewer")
-    page.fill("input[name=password]", "review-pass")
-    page.click("button[type=submit]")
-    yield page
-    context.close()
+    with signed_in_page(
+        browser, live_server.url, django_user_model, accept_downloads=True
+    ) as signed_in:
+        signed_in.dialogs = []
+        signed_in.on("dialog", lambda d: (signed_in.dialogs.append(d.message), d.dismiss()))
+        yield signed_in
 
 
 def shot(page, name: str) -> None:

@@ -5,8 +5,6 @@ plus the pure parts (patch index, clipping, final-against-final diff) in millise
 from __future__ import annotations
 
 import io
-import os
-import shutil
 import subprocess
 
 import pytest
@@ -14,9 +12,8 @@ import pytest
 from attempts import diffview, interdiff, reaper
 from attempts.models import Attempt, SandboxState
 from attempts.services import attempt_create
-from tests.conftest import ROOT, containers_of, require, wait_finished
+from tests.conftest import ROOT, chromium, containers_of, signed_in_page, wait_finished
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 PAGE_LIMIT = 3 * 1024 * 1024  # "no page weighs more than a few MB"
 
 FIX = """diff --git a/calc.py b/calc.py
@@ -76,30 +73,14 @@ def test_final_files_are_compared_without_the_base():
 # --- in the browser, with a worker ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def browser():
-    require(os.path.exists(CHROMIUM), "Chromium is not installed (apt-get install chromium)")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, args=["--no-sandbox", "--headless", "--disable-gpu"]
-        )
-        yield browser
-        browser.close()
+    with chromium() as launched:  # module-scoped: its event loop ends with the module
+        yield launched
 
 
 @pytest.fixture
 def page(browser, live_server, django_user_model):
-    django_user_model.objects.create_superuser("reviewer", "", "review-pass")
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    page.goto(live_server.url + "/")
-    page.fill("input[name=username]", "reviewer")
-    page.fill("input[name=password]", "review-pass")
-    page.click("button[type=submit]")
-    yield page
-    context.close()
+    with signed_in_page(browser, live_server.url, django_user_model) as signed_in:
+        yield signed_in
 
 
 def weigh(page, url: str) -> int:

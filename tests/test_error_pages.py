@@ -9,7 +9,6 @@ from __future__ import annotations
 import gzip
 import os
 import re
-import shutil
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -20,15 +19,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client, RequestFactory
 
 from attempts.models import Attempt, Task
-from tests.conftest import (
-    ROOT,
-    new_task,
-    require,
-    run_web,
-    wait_finished,
-)
+from tests.conftest import ROOT, chromium, new_task, run_web, signed_in_page, wait_finished
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 LAYOUT = '<a class="brand" href="/">Boltz</a>'
 TASKS_LINK = '<a href="/">Back to the tasks</a>'
 
@@ -317,32 +309,15 @@ def test_static_files_get_hashed_names_and_a_year_of_caching(tmp_path, redis_rea
 
 @pytest.fixture(scope="module")
 def browser():
-    require(os.path.exists(CHROMIUM), "Chromium is not installed (apt-get install chromium)")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", "--headless", "--disable-gpu", "--no-first-run"],
-        )
-        yield browser
-        browser.close()
+    with chromium() as launched:  # module-scoped: its event loop ends with the module
+        yield launched
 
 
 @pytest.fixture
 def page(browser, live_server, django_user_model):
-    django_user_model.objects.create_superuser("reviewer", "", "review-pass")
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    page.goto(live_server.url + "/")
-    page.fill("input[name=username]", "reviewer")
-    page.fill("input[name=password]", "review-pass")
-    page.click("button[type=submit]")
-    page.wait_for_selector("header nav")
-    yield page
-    context.close()
+    with signed_in_page(browser, live_server.url, django_user_model) as signed_in:
+        signed_in.wait_for_selector("header nav")
+        yield signed_in
 
 
 def set_visibility(page, state: str) -> None:
