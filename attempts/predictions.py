@@ -359,26 +359,14 @@ def progress(evaluation: Evaluation) -> tuple[int, int]:
 
 
 def evaluation_refresh(evaluation: Evaluation) -> Evaluation:
-    """Note the reason on attempts whose patch did not apply, and once every attempt has
-    ended, build and keep the report (a compare-and-set: once)."""
+    """Once every attempt has ended, build and keep the report (a compare-and-set: once). A
+    patch that did not apply has its reason already: the runner's verdict gives it."""
     if evaluation.state == Evaluation.State.FINISHED:
         return evaluation
     done, total = progress(evaluation)
     if done < total:  # a count: cheap enough to ask every second
         return evaluation
     snapshot = evaluation_snapshot(evaluation)
-    for entry in snapshot:
-        attempt = entry["attempt"]
-        if (
-            attempt
-            and attempt["applied"] is False
-            and attempt["outcome"] == Outcome.FAILED
-            and not attempt["failure_reason"]
-        ):
-            attempt["failure_reason"] = attempt["not_applied"]
-            Attempt.objects.filter(
-                pk=attempt["id"], outcome=Outcome.FAILED, failure_reason=""
-            ).update(failure_reason=attempt["not_applied"])
     if any(e["attempt"] and e["attempt"]["status"] not in DONE_STATUSES for e in snapshot):
         return evaluation  # an attempt deleted and made again meanwhile: not yet
     report = build_report(evaluation_facts(evaluation), snapshot)
