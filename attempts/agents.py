@@ -40,11 +40,17 @@ exit {PATCH_NOT_APPLIED}
 
 @dataclass
 class AgentPlan:
-    """`files` are written under AGENT_DIR (name -> bytes); `command` runs in /workspace."""
+    """`files` are written under AGENT_DIR (name -> bytes); `archive` (a tar) is put at /;
+    `command` runs in the task's working folder as `user` (a user the task names; "" is the
+    task's agent user), with `environment` added."""
 
     description: str
     command: str | None = None
     files: dict[str, bytes] = field(default_factory=dict)
+    archive: bytes = b""
+    user: str = ""
+    environment: dict[str, str] = field(default_factory=dict)
+    stage: str = "agent"  # "solution": the task's own reference solution
 
 
 @dataclass
@@ -104,7 +110,7 @@ def validate_agent(task: Task, agent: str, command: str = "") -> None:
         raise TaskInvalid(
             "agent", f"{agent!r} is not an agent; choose one of {', '.join(BUILTIN_AGENTS)}"
         )
-    if agent == "reference" and not (task.reference_patch.strip() or task.reference_script.strip()):
+    if agent == "reference" and not task.has_reference:
         raise TaskInvalid("agent", f"task {task.slug} has no reference patch to apply")
     if agent == "patch":
         raise TaskInvalid("files", f"the patch agent needs the patch to apply ({PATCH_FILE})")
@@ -128,6 +134,17 @@ def plan_for(attempt: Attempt) -> AgentPlan:
         )
     if attempt.agent == "noop":
         return AgentPlan("noop: does nothing")
+    if attempt.agent == "reference" and task.layout == "harbor":
+        from . import stage_env
+
+        return AgentPlan(
+            "reference: runs the task's solution (/solution/solve.sh), as Harbor's oracle does",
+            command="bash /solution/solve.sh",
+            archive=bytes(task.solution_files),
+            user=task.solution_user or task.agent_user,
+            environment=stage_env.resolve(task.stage_env, "solution"),
+            stage="solution",
+        )
     if (
         attempt.agent == "reference"
         and not task.reference_patch.strip()

@@ -153,7 +153,7 @@ class SandboxOut(Schema):
 
 class ExecIn(Schema):
     command: str | list[str]
-    cwd: str = "/workspace"
+    cwd: str = "."
     env: dict[str, str] = {}
     timeout: float | None = None
     stdin: str | None = None

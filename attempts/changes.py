@@ -71,8 +71,18 @@ def _agent_git_member(parts: list[str]) -> bool:
     return parts[1] == "refs"
 
 
+def archive_prefix(folder: str) -> str:
+    """The names Docker's archive of a folder starts with: its last part ("/app" -> "app/")."""
+    return folder.rstrip("/").rsplit("/", 1)[-1] + "/"
+
+
 def read_tree(
-    chunks: Iterable[bytes], scratch: Path, *, max_bytes: int, max_files: int
+    chunks: Iterable[bytes],
+    scratch: Path,
+    *,
+    max_bytes: int,
+    max_files: int,
+    prefix: str = PREFIX,
 ) -> AgentTree:
     """Write the tar stream of /workspace (Docker's archive of it) under `scratch`. Files,
     folders and links only; names that would leave the folder, and any path through a link,
@@ -87,9 +97,9 @@ def read_tree(
     try:
         with tarfile.open(fileobj=source, mode="r|*") as tar:
             for member in tar:
-                if not member.name.startswith(PREFIX):
+                if not member.name.startswith(prefix):
                     continue
-                rel = member.name[len(PREFIX) :].rstrip("/")
+                rel = member.name[len(prefix) :].rstrip("/")
                 if not rel:
                     continue
                 parts = rel.split("/")
@@ -126,7 +136,7 @@ def read_tree(
                     links.add(rel)
                 elif member.islnk():
                     linked = (
-                        member.linkname[len(PREFIX) :] if member.linkname.startswith(PREFIX) else ""
+                        member.linkname[len(prefix) :] if member.linkname.startswith(prefix) else ""
                     )
                     if linked in tree.paths and linked not in links:
                         # A link costs git (and the patch) a whole copy: count it as one.
@@ -362,8 +372,17 @@ def check_archive(*, workspace_archive: Path, checked: Path, dest: Path) -> Path
     return dest
 
 
-def base_files(base_git: Path, base_commit: str, paths: list[str], scratch: Path) -> bytes:
-    """A tar (under workspace/, owned by the sandbox user) of `paths` as they are at the base."""
+def base_files(
+    base_git: Path,
+    base_commit: str,
+    paths: list[str],
+    scratch: Path,
+    *,
+    prefix: str = PREFIX,
+    owner: tuple[int, int] | None = None,
+) -> bytes:
+    """A tar (under `prefix`, owned by the sandbox user or `owner`) of `paths` as they are at
+    the base."""
     if not paths:
         return b""
     buffer = io.BytesIO()
@@ -372,7 +391,7 @@ def base_files(base_git: Path, base_commit: str, paths: list[str], scratch: Path
             archive = repos.clean_git(
                 "archive",
                 "--format=tar",
-                f"--prefix={PREFIX}",
+                f"--prefix={prefix}",
                 base_commit,
                 "--",
                 *paths[start : start + 500],
@@ -385,9 +404,11 @@ def base_files(base_git: Path, base_commit: str, paths: list[str], scratch: Path
                 for member in part:
                     if member.type == tarfile.XGLTYPE or member.isdir():
                         continue
-                    out.addfile(
-                        sandbox_owned(member), part.extractfile(member) if member.isfile() else None
-                    )
+                    member = sandbox_owned(member)
+                    if owner is not None:
+                        member.uid, member.gid = owner
+                        member.uname = member.gname = ""
+                    out.addfile(member, part.extractfile(member) if member.isfile() else None)
     return buffer.getvalue()
 
 
@@ -399,13 +420,13 @@ def _kind(member: tarfile.TarInfo) -> str:
     return "file" if member.isfile() or member.islnk() else "other"
 
 
-def tree_entries(chunks: Iterable[bytes]) -> dict[str, str]:
-    """path -> file, dir, link or other, for the tar stream of /workspace (no .git)."""
+def tree_entries(chunks: Iterable[bytes], *, prefix: str = PREFIX) -> dict[str, str]:
+    """path -> file, dir, link or other, for the tar stream of the working folder (no .git)."""
     entries: dict[str, str] = {}
     source = io.BufferedReader(ChunkReader(chunks), buffer_size=1024 * 1024)
     with tarfile.open(fileobj=source, mode="r|*") as tar:
         for member in tar:
-            rel = member.name[len(PREFIX) :].rstrip("/") if member.name.startswith(PREFIX) else ""
+            rel = member.name[len(prefix) :].rstrip("/") if member.name.startswith(prefix) else ""
             if rel and ".git" not in rel.split("/"):
                 entries[rel] = _kind(member)
     return entries

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from django.db import transaction
 
-from . import changes, scoring
+from . import changes, harbor_layout, scoring, stage_env
 from .models import Attempt, CheckResult, EventKind, TestOutcome
 from .protected import reset_plan
 from .sandbox.runtime import Sandbox, SandboxSpec
@@ -43,11 +43,11 @@ def memory_text(size: int) -> str:
 _RESET_SCRIPT = r"""
 lists="$1"; shift
 remove() { if [ -s "$lists/remove" ]; then xargs -0 -r rm -rf -- < "$lists/remove"; fi; }
-chmod u+rwx /workspace 2>/dev/null
+chmod u+rwx . 2>/dev/null
 if [ -s "$lists/parents" ]; then xargs -0 -r chmod u+rwx -- < "$lists/parents" 2>/dev/null; fi
 if [ -s "$lists/folders" ]; then xargs -0 -r chmod -R u+rwX -- < "$lists/folders" 2>/dev/null; fi
 if ! remove 2>/dev/null; then
-  chmod -R u+rwX /workspace 2>/dev/null
+  chmod -R u+rwX . 2>/dev/null
   remove || exit 1
 fi
 rm -rf -- "$lists"
@@ -138,12 +138,16 @@ class Check:
             trees.protection, entries=entries, base=trees.base_files(), targets=[*hidden, *removed]
         )
         lists = f"/tmp/boltz-reset-{secrets.token_hex(8)}"
+        # As the agent's user, who owns every file the agent made.
+        user = session.agent_user
+        owner = harbor_layout.ids(user) if user else None
 
         def reset(remove: list[str], make: list[str], display: str) -> None:
             listed = {"remove": remove, "parents": plan.parents, "folders": plan.folders}
             session.put_archive(
                 files_tar(
-                    {f"{lists[1:]}/{name}": nul_list(paths) for name, paths in listed.items()}
+                    {f"{lists[1:]}/{name}": nul_list(paths) for name, paths in listed.items()},
+                    owner=owner,
                 )
             )
             run = session.exec(
@@ -152,6 +156,7 @@ class Check:
                 timeout=120,
                 live=False,
                 display=display,
+                user=user,
             )
             if run.result.timed_out or run.result.exit_code != 0:
                 raise CheckBlocked(
@@ -166,10 +171,10 @@ class Check:
             f"reset {len(plan.restore)} protected path(s) to the base, remove "
             f"{len(plan.remove)}, restore {len(hidden)} hidden check file(s)",
         )
-        restore = trees.base_files_tar(plan.restore)
+        restore = trees.base_files_tar(plan.restore, owner=owner)
         if restore:
             session.put_archive(restore)
-        if task.check_files:
+        if task.check_files and task.layout != "harbor":  # Harbor's arrive at /tests
             session.put_archive(bytes(task.check_files))
         if removed:
             reset(removed, [], f"remove {len(removed)} path(s) the check removes")
@@ -186,7 +191,8 @@ class Check:
         if self.requested_by:
             by = self.requested_by
             self.timeline.reviewer("recheck", by, f"re-check of the same files by {by}")
-        mode = "in_place" if self.task.check_mode == "in_place" else "fresh"
+        in_place = self.task.check_mode == "in_place" or self.task.layout == "harbor"
+        mode = "in_place" if in_place else "fresh"
         try:
             if mode == "in_place":
                 return self._check_in_place()
@@ -235,14 +241,23 @@ class Check:
     def _check_in_place(self) -> CheckResult:
         self.timeline.add(
             EventKind.LIFECYCLE,
-            message="the check runs in place, in the agent's container: every agent process "
-            "ended, protected paths reset, a fresh HOME, no user site-packages",
+            message=(
+                "the verifier runs in place, as Harbor runs it: every agent process ended, "
+                "protected paths reset, the tests put at /tests, /logs/verifier emptied"
+                if self.task.layout == "harbor"
+                else "the check runs in place, in the agent's container: every agent process "
+                "ended, protected paths reset, a fresh HOME, no user site-packages"
+            ),
             check_mode="in_place",
         )
         agent = self.agent
         agent.halt()  # no process of the agent's, even on a re-check
-        stream = agent.get_archive("/workspace")
-        entries = changes.tree_entries(stream) if stream is not None else {}
+        stream = agent.get_archive(agent.workdir)
+        entries = (
+            changes.tree_entries(stream, prefix=changes.archive_prefix(agent.workdir))
+            if stream is not None
+            else {}
+        )
         agent.start()
         return self._run_check(agent, entries, mode="in_place")
 
@@ -251,14 +266,31 @@ class Check:
     ) -> CheckResult:
         task = self.task
         folders = CheckFolders.new()
-        made = [folders.reports, folders.witness]
-        if mode == "in_place":
-            made.append(folders.home)
-        self._reset_protected(session, entries, made)
+        harbor = task.layout == "harbor"
+        check_user = session.run_as(task.check_user)
+        if harbor:  # Harbor's own folders, the image's HOME, the verifier as the task says
+            self._reset_protected(session, entries, [])
+            try:
+                harbor_layout.clear_for_check(session)
+            except harbor_layout.LayoutBlocked as exc:
+                raise CheckBlocked(exc.summary, exc.run) from None
+            session.put_archive(
+                harbor_layout.folders_tar(
+                    {folders.witness: harbor_layout.ids(check_user)}, mode=0o700
+                )
+            )
+            reports = harbor_layout.VERIFIER_LOGS
+        else:
+            made = [folders.reports, folders.witness]
+            if mode == "in_place":
+                made.append(folders.home)
+            self._reset_protected(session, entries, made)
+            reports = folders.reports
         session.put_archive(folders.plugin_tar())
         image_env = session.image_environment()
         env = {
-            "BOLTZ_CHECK_DIR": folders.reports,
+            **stage_env.resolve(task.stage_env, "verifier"),
+            "BOLTZ_CHECK_DIR": reports,
             "BOLTZ_WITNESS_DIR": folders.witness,
             "PYTEST_ADDOPTS": " ".join(
                 filter(None, [f"-p {folders.module}", image_env.get("PYTEST_ADDOPTS")])
@@ -272,16 +304,23 @@ class Check:
             "GIT_CONFIG_KEY_1": "core.hooksPath",
             "GIT_CONFIG_VALUE_1": "/dev/null",
         }
-        if mode == "in_place":
+        if mode == "in_place" and not harbor:
             env.update(
                 HOME=folders.home,
                 PYTHONUSERBASE=f"{folders.home}/.no-user-site",
                 XDG_CONFIG_HOME=f"{folders.home}/.config",
             )
         ooms = session.oom_kills()
-        run = session.exec("check", task.check_command, timeout=task.check_timeout, environment=env)
+        run = session.exec(
+            "check",
+            task.check_command,
+            timeout=task.check_timeout,
+            environment=env,
+            user=check_user,
+            user_name=task.check_user,
+        )
         after = session.oom_kills()
-        files = session.read_files(folders.reports, max_bytes=MAX_CHECK_FILE)
+        files = session.read_files(reports, max_bytes=MAX_CHECK_FILE)
         witness, notes = [], []
         for name, data in sorted(
             session.read_files(folders.witness, max_bytes=MAX_CHECK_FILE).items()
@@ -298,6 +337,7 @@ class Check:
             required=task.required_tests,
             reward_file=task.reward_file,
             witness=witness,
+            rules=task.reward_rules,
         )
         score.notes.extend(notes)
         if ooms is not None and after is not None and after > ooms and not score.passed:
@@ -317,8 +357,9 @@ class Check:
                 score=score.score,
                 source=score.source,
                 mode=mode,
-                summary=score.summary,
+                summary=score.error or score.summary,
                 problem=score.problem,
+                verifier_error=bool(score.error),
                 ignored_reward_files=score.ignored_reward_files,
                 exit_code=run.result.exit_code,
                 timed_out=run.result.timed_out,
@@ -359,8 +400,9 @@ class Check:
             score=score.score,
             source=score.source,
             mode=mode,
-            summary=score.summary,
+            summary=score.error or score.summary,
             problem=score.problem,
+            verifier_error=bool(score.error),
             tests_passed=score.tests_passed,
             tests_total=score.tests_counted,
             notes=score.notes,

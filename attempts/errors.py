@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+NETWORK_TASKS_OFF = (
+    "this installation runs no networked tasks: set BOLTZ_ALLOW_NETWORK_TASKS=1 on the "
+    "workers to allow them"
+)
+
 
 class InfrastructureError(Exception):
     """Something outside the agent's control broke: the attempt is marked, not failed."""
@@ -26,6 +31,15 @@ class TaskInvalid(Exception):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+class ImageBuildFailed(Exception):
+    """A task's Dockerfile did not build: `tail` holds the build's last lines."""
+
+    def __init__(self, reason: str, tail: str = ""):
+        super().__init__(reason)
+        self.reason = reason
+        self.tail = tail
 
 
 class AttemptGone(Exception):

@@ -92,6 +92,60 @@ class Task(models.Model):
     validation_noop = models.ForeignKey(
         "Attempt", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    layout = models.CharField(
+        max_length=16,
+        default="boltz",
+        choices=[
+            ("boltz", "Boltz: the repository in /workspace, hidden check files restored over it"),
+            ("harbor", "Harbor: the image's working folder, /tests, /logs, /solution"),
+        ],
+    )
+    workdir = models.CharField(
+        max_length=300,
+        default="/workspace",
+        help_text="The agent's working folder: its changes there are the attempt's diff.",
+    )
+    agent_user = models.CharField(
+        max_length=100, blank=True, help_text="Who the agent runs as; empty: the sandbox user."
+    )
+    solution_user = models.CharField(
+        max_length=100, blank=True, help_text="Who the reference solution runs as."
+    )
+    check_user = models.CharField(
+        max_length=100, blank=True, help_text="Who the check runs as; empty: the sandbox user."
+    )
+    allow_root = models.BooleanField(
+        default=False,
+        help_text="Commands may run as root inside the sandbox (still with no capabilities, "
+        "no new privileges, the limits); only when the task says so.",
+    )
+    stage_env = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Environment per stage: {environment, solution, verifier} -> name -> value. "
+        "Values are never shown; ${NAME} is read from the worker's environment.",
+    )
+    reward_rules = models.CharField(
+        max_length=16,
+        default="boltz",
+        choices=[
+            ("boltz", "Boltz: a missing reward file fails the check"),
+            ("harbor", "Harbor: only the reward file decides; a missing one is a verifier error"),
+        ],
+    )
+    solution_files = models.BinaryField(
+        blank=True,
+        default=b"",
+        editable=False,
+        help_text="A tar of the reference solution's folder, put at /solution for it.",
+    )
+    build_context = models.BinaryField(
+        blank=True,
+        default=b"",
+        editable=False,
+        help_text="The gzipped build context of the task's Dockerfile; `image` is its tag.",
+    )
+    build_log = models.TextField(blank=True, help_text="The last build of the task's image.")
     next_attempt_number = models.PositiveIntegerField(
         default=1,
         editable=False,
@@ -114,6 +168,13 @@ class Task(models.Model):
     def image_name(self) -> str:
         return self.image or settings.BOLTZ_DEFAULT_IMAGE
 
+    @property
+    def has_reference(self) -> bool:
+        """A reference solution: a patch, a script, or a Harbor task's solution/ folder."""
+        return bool(
+            self.reference_patch.strip() or self.reference_script.strip() or self.solution_files
+        )
+
 
 class Status(models.TextChoices):
     QUEUED = "queued"
@@ -133,6 +194,9 @@ class Outcome(models.TextChoices):
     FAILED = "failed"
     AGENT_TIMEOUT = "agent_timeout", "agent timeout"
     INFRA_ERROR = "infra_error", "infrastructure error"
+    # The task's own verifier broke (no reward file, a timeout under Harbor's rules): neither
+    # the agent's failure nor a score.
+    VERIFIER_ERROR = "verifier_error", "verifier error"
     CANCELLED = "cancelled"
 
 
@@ -367,6 +431,11 @@ class CheckResult(models.Model):
         blank=True, help_text="Why the check's own results could not be trusted, if so."
     )
     ignored_reward_files = models.JSONField(default=list, blank=True)
+    verifier_error = models.BooleanField(
+        default=False,
+        help_text="The task's verifier itself failed (Harbor's rules: no reward file, a "
+        "timeout): not a score, not the agent's failure. `summary` says why.",
+    )
     source = models.CharField(max_length=16, choices=Source.choices)
     exit_code = models.IntegerField(null=True, blank=True)
     timed_out = models.BooleanField(default=False)

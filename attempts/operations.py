@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import posixpath
 import time
 from datetime import timedelta
 
@@ -177,6 +178,9 @@ def run_operation(attempt_id: int, op: str, args: dict) -> dict:
         handler = OPERATIONS.get(op)
         if handler is None:
             raise Refused(400, "invalid", f"no operation {op!r}")
+        for key in ("path", "cwd"):  # relative: in the task's working folder
+            if isinstance(args.get(key), str):
+                args[key] = posixpath.normpath(posixpath.join(session.workdir, args[key]))
         return handler(attempt, session, **args)
     except Refused as exc:
         return exc.as_dict()
@@ -205,12 +209,19 @@ LIVE_FIELDS = (
     "close_requested_at",
     "last_used_at",
 )
+# What a session reads of its task: its working folder and who the agent runs as.
+SESSION_TASK_FIELDS = ("slug", "workdir", "agent_user", "allow_root")
 # The sandbox's "last used" (for its idle timeout) is written at most this often.
 LAST_USED_PRECISION = timedelta(seconds=1)
 
 
 def _live_session(attempt_id: int) -> tuple[Attempt, SandboxSession]:
-    attempt = Attempt.objects.only(*LIVE_FIELDS).filter(pk=attempt_id).first()
+    attempt = (
+        Attempt.objects.select_related("task")
+        .only(*LIVE_FIELDS, *(f"task__{name}" for name in SESSION_TASK_FIELDS))
+        .filter(pk=attempt_id)
+        .first()
+    )
     if attempt is None:
         raise Refused(404, "not_found", f"no sandbox {attempt_id}")
     if attempt.sandbox_deleted_at or attempt.sandbox_state == SandboxState.DELETED:
@@ -251,7 +262,7 @@ def _exec(
     session: SandboxSession,
     *,
     command,
-    cwd: str = "/workspace",
+    cwd: str = "",
     env: dict | None = None,
     timeout: float | None = None,
     stdin: str | None = None,
@@ -261,7 +272,7 @@ def _exec(
     stream: bool = False,
 ) -> dict:
     display = None
-    run_as = _run_as(session, user) if user else None
+    run_as = _run_as(session, user) if user else session.agent_user
     if stdin:
         staged = f"/tmp/.boltz-stdin-{time.monotonic_ns()}"
         session.sandbox.put_archive(
@@ -284,7 +295,7 @@ def _exec(
         timeout=timeout or DEFAULT_EXEC_TIMEOUT,
         actor=Actor.AGENT,
         environment=env or {},
-        workdir=cwd,
+        workdir=cwd or None,
         request=request,
         display=display,
         number=number,
@@ -295,13 +306,19 @@ def _exec(
 
 
 def _run_as(session: SandboxSession, user: str) -> str:
-    """`uid:gid` of a user of the sandbox's image (never root), from its own passwd file."""
+    """`uid:gid` of a user of the sandbox's image (root only where the task allows it), from
+    its own passwd file."""
     found = {
         name: session.sandbox.read_files(f"/etc/{name}", max_bytes=4 << 20).get(name, b"")
         for name in ("passwd", "group")
     }
     try:
-        return resolve_user(user, passwd=found["passwd"], group=found["group"])
+        return resolve_user(
+            user,
+            passwd=found["passwd"],
+            group=found["group"],
+            allow_root=session.attempt.task.allow_root,
+        )
     except UserRefused as exc:
         raise Refused(400, exc.code, f"user: {exc.message}") from None
 
@@ -438,6 +455,7 @@ def _write_and_patch(session, action: dict, observation: dict) -> bool:
     done), with why in the observation."""
     written = []
     for path, text in action.get("write", {}).items():
+        path = posixpath.normpath(posixpath.join(session.workdir, path))
         try:
             files.write_file(session, path, text.encode("utf-8", errors="surrogateescape"))
         except FileOpError as exc:

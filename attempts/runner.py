@@ -22,12 +22,19 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from . import agents
+from . import agents, diagnosis, harbor_layout, stage_env, task_images
 from .callbacks import attempt_ended
 from .changes import ChangesUnavailable
 from .checking import Check, memory_text
 from .deadlines import attempt_budget
-from .errors import AttemptGone, AttemptStopped, InfrastructureError, SandboxGone, TaskInvalid
+from .errors import (
+    NETWORK_TASKS_OFF,
+    AttemptGone,
+    AttemptStopped,
+    InfrastructureError,
+    SandboxGone,
+    TaskInvalid,
+)
 from .heartbeat import beating
 from .models import (
     DONE_STATUSES,
@@ -50,9 +57,14 @@ log = logging.getLogger(__name__)
 BOLTZ_DIR = "/tmp/boltz"
 
 
+NETWORK_REFUSED = f"the task needs network, and {NETWORK_TASKS_OFF}"
+
+
 def sandbox_spec(attempt: Attempt, role: str) -> SandboxSpec:
     """The container of an attempt: its own (role "agent") or its check's (role "check")."""
     task = attempt.task
+    if task.network and not settings.BOLTZ_ALLOW_NETWORK_TASKS:
+        raise TaskInvalid("network", NETWORK_REFUSED)
     return SandboxSpec(
         attempt_id=attempt.pk,
         image=task.image_name,
@@ -60,8 +72,14 @@ def sandbox_spec(attempt: Attempt, role: str) -> SandboxSpec:
         memory_bytes=task.memory_bytes,
         pids_limit=task.pids_limit,
         network=task.network,
-        environment={"BOLTZ_ATTEMPT": str(attempt.pk), "BOLTZ_TASK": task.slug},
+        environment={
+            **stage_env.resolve(task.stage_env, "environment"),
+            "BOLTZ_ATTEMPT": str(attempt.pk),
+            "BOLTZ_TASK": task.slug,
+        },
         role=role,
+        workdir=task.workdir or "/workspace",
+        root_allowed=task.allow_root,
     )
 
 
@@ -86,6 +104,7 @@ class AttemptRunner:
         self.timings: dict[str, float] = {}
         self.rechecking = rechecking
         self.agent_oom = ""  # why the agent's step was cut short for memory, if it was
+        self.agent_cause = ""  # an environment problem the agent's failing step ran into
 
     # --- bookkeeping -------------------------------------------------------------------------
     def _stop_if_asked(self) -> None:
@@ -122,15 +141,28 @@ class AttemptRunner:
         return self.session
 
     # --- stages ------------------------------------------------------------------------------
+    def build_image(self) -> None:
+        """The task's image, built from its Dockerfile when this host has none yet."""
+        task = self.task
+        if task_images.ensure_task_image(task):
+            self.timeline.add(
+                EventKind.LIFECYCLE,
+                status=Status.STARTING,
+                message=f"built the task's image {task.image_name} from its Dockerfile on "
+                f"{settings.BOLTZ_HOST} (the build log is on the task's page)",
+            )
+
     def start(self) -> None:
         task = self.task
+        spec = sandbox_spec(self.attempt, "agent")
+        self.build_image()
         self.timeline.add(
             EventKind.LIFECYCLE,
             status=Status.STARTING,
             host=settings.BOLTZ_HOST,
             message=f"creating a sandbox from {task.image_name}",
         )
-        session = self.open_session(Sandbox.create(sandbox_spec(self.attempt, "agent")))
+        session = self.open_session(Sandbox.create(spec))
         update_attempt(
             self.attempt,
             container_id=session.sandbox.id,
@@ -139,17 +171,29 @@ class AttemptRunner:
             base_commit=task.base_commit,
         )
         self._stop_if_asked()
-        archive = self.trees.workspace_archive()
-        with archive.open("rb") as handle:
-            session.put_archive(handle)
-        session.start()
-        self.timeline.add(
-            EventKind.LIFECYCLE,
-            status=Status.STARTING,
-            container=session.sandbox.id[:12],
-            message=f"sandbox started with {task.repo_url} at {task.base_commit[:12]} in "
-            f"/workspace ({archive.stat().st_size} bytes; history up to the base only)",
-        )
+        if task.layout == "harbor":
+            harbor_layout.prepare(session)
+            session.start()
+            self.timeline.add(
+                EventKind.LIFECYCLE,
+                status=Status.STARTING,
+                container=session.sandbox.id[:12],
+                message=f"sandbox started from {task.image_name}: the agent works in "
+                f"{session.workdir} as {task.agent_user or 'the sandbox user'}, with /logs; "
+                "the tests arrive at /tests only for the check",
+            )
+        else:
+            archive = self.trees.workspace_archive()
+            with archive.open("rb") as handle:
+                session.put_archive(handle)
+            session.start()
+            self.timeline.add(
+                EventKind.LIFECYCLE,
+                status=Status.STARTING,
+                container=session.sandbox.id[:12],
+                message=f"sandbox started with {task.repo_url} at {task.base_commit[:12]} in "
+                f"/workspace ({archive.stat().st_size} bytes; history up to the base only)",
+            )
         if task.setup_command.strip():
             run = session.exec("setup", task.setup_command, timeout=task.setup_timeout)
             if run.result.timed_out or run.result.exit_code != 0:
@@ -163,12 +207,15 @@ class AttemptRunner:
         if plan.files:
             files = {f"{agents.AGENT_DIR}/{name}": data for name, data in plan.files.items()}
             session.put_files(files, mode=0o755, actor=Actor.AGENT, action="upload")
+        if plan.archive:
+            session.put_archive(plan.archive)
         session.put_archive(
             files_tar({f"{BOLTZ_DIR[1:]}/instruction.md": task.instruction.encode()})
         )
         if plan.command is None:
             return None
         ooms = session.oom_kills()
+        user = plan.user or task.agent_user
         try:
             run = session.exec(
                 "agent",
@@ -177,9 +224,12 @@ class AttemptRunner:
                 actor=Actor.AGENT,
                 environment={
                     **(self.attempt.agent_env or {}),
+                    **plan.environment,
                     "BOLTZ_INSTRUCTION": task.instruction,
                     "BOLTZ_AGENT_DIR": agents.AGENT_DIR,
                 },
+                user=session.run_as(user),
+                user_name=user,
             )
         except SandboxGone:
             # The sandbox stopped under the agent. Its init is out of the agent's reach, so
@@ -191,6 +241,11 @@ class AttemptRunner:
         after = session.oom_kills()
         if ooms is not None and after is not None and after > ooms:
             self._note_oom("a process of the agent's was killed")
+        if run.result.exit_code not in (0, None) and not run.result.timed_out:
+            who = "the reference solution" if plan.stage == "solution" else "the agent"
+            self.agent_cause = diagnosis.explain(who, run.text())
+            if self.agent_cause:
+                self.timeline.add(EventKind.ERROR, actor=Actor.AGENT, message=self.agent_cause)
         return run
 
     def _note_oom(self, what: str) -> None:
@@ -336,7 +391,11 @@ class AttemptRunner:
         ):  # the patch agent's patch did not apply: that attempt's failure, as in SWE-bench
             return Outcome.FAILED, agents.not_applied_reason(agent.stderr.text())
         outcome, reason = verdict_of(self.task, result)
-        return outcome, reason or (self.agent_oom if outcome == Outcome.FAILED else "")
+        if outcome == Outcome.FAILED:
+            # Why, in words, when the environment explains it: the agent's own step first.
+            notes = [n for n in (reason, self.agent_oom, self.agent_cause) if n]
+            reason = "; ".join(dict.fromkeys(notes))
+        return outcome, reason
 
     def _stopped_reason(self) -> str:
         try:
@@ -354,11 +413,13 @@ def verdict_of(task, result: CheckResult) -> tuple[str, str]:
     """An attempt's outcome and reason from its check."""
     if result.passed:
         return Outcome.PASSED, ""
+    if result.verifier_error:
+        return Outcome.VERIFIER_ERROR, result.summary
     if result.timed_out:
         return Outcome.FAILED, f"the check ran past its {task.check_timeout:g}s limit"
     if result.problem or result.summary.startswith(_CHECK_FAULTS):
         return Outcome.FAILED, result.summary
-    return Outcome.FAILED, ""
+    return Outcome.FAILED, diagnosis.explain("the check", result.output)
 
 
 def claim(attempt_id: int, *, host: str) -> bool:

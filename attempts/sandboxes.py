@@ -103,11 +103,12 @@ def sandbox_state(attempt: Attempt) -> str:
 
 
 def workspace_path(path: str) -> str:
-    """A path inside the sandbox: relative ones are inside /workspace."""
+    """A path inside the sandbox, normalized: relative ones stay relative, and the worker
+    puts them in the task's working folder (/workspace, or a Harbor task's /app)."""
     if not isinstance(path, str) or not path or "\x00" in path or len(path) > 4096:
         raise ApiError(400, "invalid", "path: give a file name (no NUL, at most 4096 characters)")
-    joined = posixpath.normpath(posixpath.join(WORKSPACE, path))
-    return joined if joined.startswith("/") else "/" + joined
+    joined = posixpath.normpath(path)
+    return "/" + joined.lstrip("/") if path.startswith("/") else joined
 
 
 def sandbox_create(
@@ -361,7 +362,7 @@ def sandbox_exec(
     request = uuid.uuid4().hex
     args = {
         "command": command,
-        "cwd": workspace_path(cwd or WORKSPACE),
+        "cwd": workspace_path(cwd or "."),
         "env": {str(k): str(v) for k, v in (env or {}).items()},
         "timeout": timeout,
         "stdin": stdin,

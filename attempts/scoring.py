@@ -32,6 +32,7 @@ class Score:
     summary: str = ""  # what the outcome means, in words
     problem: str = ""  # why the check's own results cannot be trusted, if so
     ignored_reward_files: list[str] = field(default_factory=list)
+    error: str = ""  # harbor rules: why the verifier produced no reward (a verifier error)
 
     @property
     def tests_passed(self) -> int:
@@ -249,6 +250,7 @@ def score_check(
     required: list[str] | None = None,
     reward_file: bool = False,
     witness: list[WitnessRun] = (),
+    rules: str = "boltz",
 ) -> Score:
     """Score a finished check from its exit code, the files it wrote to its output folder and
     what Boltz's pytest plugin saw.
@@ -259,7 +261,13 @@ def score_check(
     - `required` test ids: the test reports decide, all of them must pass.
     - `witness`: the pytest runs Boltz's plugin recorded. A run that started and never
       finished, or reports that contradict each other or the exit code, fail the check.
+    - `rules="harbor"`: score as Harbor's verifier does (see `score_harbor`): only the reward
+      file decides; `reward_file`, `required` and the exit code do not count.
     """
+    if rules == "harbor":
+        return score_harbor(exit_code=exit_code, timed_out=timed_out, files=files, witness=witness)
+    if rules != "boltz":
+        raise ValueError(f"unknown scoring rules {rules!r}: expected 'boltz' or 'harbor'")
     notes: list[str] = []
     present = [name for name in (REWARD_JSON, REWARD_TXT) if name in files]
     ignored = [] if reward_file else present
@@ -375,3 +383,170 @@ def _collect_tests(junit: list[tuple[str, bytes]], notes: list[str]) -> list[Tes
         except ScoringError as exc:
             notes.append(f"{name}: {exc}")
     return tests
+
+
+# --- Harbor's rules -------------------------------------------------------------------------
+#
+# Source read: Harbor (laude-institute/harbor, now harbor-framework/harbor), file
+# src/harbor/verifier/verifier.py, in the stored copy of the fork 15735640198/harbor at commit
+# 4e55c492efaac6ff8251d91fd30f341668ce3fb3 (the newest layout: `BaseVerifier`, step verifiers);
+# an older commit of the same file (a1c12aa7b6be9dae1514ce28ba271cc1ca181b06) shows the earlier
+# rules. The timeout comes from src/harbor/trial/trial.py (`asyncio.wait_for(verifier.verify(),
+# timeout=...)`, reported as `VerifierTimeoutError`), and the choice of the headline number
+# from Harbor's metrics (src/harbor/metrics/{mean,min,max,sum}.py and their later helper
+# `extract_primary_reward`). What Harbor does after running tests/test.sh:
+#
+# - It ignores the script's exit code; only /logs/verifier decides.
+# - Newest rules: if /logs/verifier/reward.json exists it is read, else reward.txt, else
+#   `RewardFileNotFoundError` ("No reward file found at ..."). (Older Harbor read reward.txt
+#   first; harbor-framework/skills changed its docs to "reward.json first" with the change.)
+# - A reward file of size 0 raises `RewardFileEmptyError` ("Reward file is empty at ...").
+# - reward.txt: `{"reward": float(text)}`; anything float() rejects raises
+#   `VerifierOutputParseError` ("Failed to parse rewards from text file ...").
+# - reward.json: `json.loads`, failing -> `VerifierOutputParseError`; a value that is not an
+#   object (a bare number, a list) -> `VerifierOutputParseError` ("Reward JSON must be an
+#   object"). Of the object only str keys with int/float values (not bool) are kept; the rest
+#   is logged and dropped. When no "reward" key is left and reward.txt exists, reward.txt's
+#   number is added as "reward" (a bad reward.txt is then silently ignored).
+# - The headline number is "reward"; without it Harbor's metrics take the only value of a
+#   one-key dict and raise ValueError ("Expected exactly one key in reward dictionary")
+#   for any other.
+# - The verifier runs under `asyncio.wait_for`; running past the limit is `VerifierTimeoutError`.
+#
+# Boltz differs on purpose in one point: a non-finite number (nan, inf, which Python's float()
+# and json.loads accept) is a verifier error here, as a score must be a finite number.
+
+HARBOR_VERIFIER_DIR = "/logs/verifier"
+
+
+class HarborVerifierError(ValueError):
+    """A verifier error as Harbor raises one, said in words."""
+
+
+def _harbor_path(name: str) -> str:
+    return f"{HARBOR_VERIFIER_DIR}/{name}"
+
+
+def _harbor_reward_txt(data: bytes) -> float:
+    """reward.txt as Harbor reads it: `float(text)`."""
+    path = _harbor_path(REWARD_TXT)
+    if not data:
+        raise HarborVerifierError(f"{path} is empty")  # RewardFileEmptyError
+    try:
+        text = data.decode("utf-8")
+        number = float(text)
+    except (UnicodeDecodeError, ValueError):  # VerifierOutputParseError
+        shown = data[:60].decode("utf-8", errors="replace").strip()
+        raise HarborVerifierError(f"{path} holds no number: {shown!r}") from None
+    if not math.isfinite(number):
+        raise HarborVerifierError(f"{path} holds {text.strip()!r}, not a finite number")
+    return number
+
+
+def _harbor_reward_json(data: bytes, notes: list[str]) -> dict[str, float]:
+    """The numeric fields of reward.json as Harbor keeps them."""
+    path = _harbor_path(REWARD_JSON)
+    if not data:
+        raise HarborVerifierError(f"{path} is empty")  # RewardFileEmptyError
+    try:
+        payload = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:  # VerifierOutputParseError
+        raise HarborVerifierError(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(payload, dict):  # VerifierOutputParseError
+        kind = "a bare number" if isinstance(payload, int | float) else type(payload).__name__
+        raise HarborVerifierError(f"{path} must hold a JSON object of numbers, not {kind}")
+    rewards, dropped, infinite = {}, [], []
+    for key, value in payload.items():
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            dropped.append(key)
+        elif not math.isfinite(value):
+            infinite.append(key)
+        else:
+            rewards[key] = value
+    if "reward" in infinite:
+        raise HarborVerifierError(f"{path}: 'reward' is {payload['reward']}, not a finite number")
+    if dropped:
+        notes.append(f"{REWARD_JSON}: ignored field(s) that are not numbers: {_listed(dropped)}")
+    if infinite:
+        notes.append(f"{REWARD_JSON}: ignored field(s) that are not finite: {_listed(infinite)}")
+    return rewards
+
+
+def _harbor_rewards(files: dict[str, bytes], notes: list[str]) -> tuple[dict, str, str]:
+    """(rewards, the file the headline reward came from, the key it came from)."""
+    if REWARD_JSON in files:
+        rewards = _harbor_reward_json(files[REWARD_JSON], notes)
+        if "reward" in rewards:
+            if REWARD_TXT in files:
+                notes.append(f"ignored {REWARD_TXT}: Harbor reads {REWARD_JSON} first")
+            return rewards, REWARD_JSON, "reward"
+        if REWARD_TXT in files:
+            try:
+                rewards["reward"] = _harbor_reward_txt(files[REWARD_TXT])
+            except HarborVerifierError as exc:
+                notes.append(f"{REWARD_JSON} has no 'reward' key and {exc}")
+            else:
+                notes.append(f"{REWARD_JSON} has no 'reward' key: the reward is {REWARD_TXT}'s")
+                return rewards, REWARD_TXT, "reward"
+        if len(rewards) == 1:
+            return rewards, REWARD_JSON, next(iter(rewards))
+        path = _harbor_path(REWARD_JSON)
+        if not rewards:
+            raise HarborVerifierError(f"{path} holds no number: it needs a 'reward' key")
+        raise HarborVerifierError(
+            f"{path} needs a 'reward' key: it has {len(rewards)} numbers "
+            f"({_listed(sorted(rewards), 4)}) and none is named 'reward'"
+        )
+    if REWARD_TXT in files:
+        return {"reward": _harbor_reward_txt(files[REWARD_TXT])}, REWARD_TXT, "reward"
+    raise HarborVerifierError(  # RewardFileNotFoundError
+        f"no reward file: the verifier wrote neither {_harbor_path(REWARD_TXT)} "
+        f"nor {_harbor_path(REWARD_JSON)}"
+    )
+
+
+def score_harbor(
+    *,
+    exit_code: int | None,
+    timed_out: bool,
+    files: dict[str, bytes],
+    witness: list[WitnessRun] = (),
+) -> Score:
+    """Score a check as Harbor's verifier does: the reward file decides, alone. Test reports
+    (JUnit, Boltz's pytest plugin) are kept in `tests` for display; they raise no problem and
+    never change the score. A missing, empty or unreadable reward file, or a time-out, is a
+    verifier error: `error` says why, `passed` is False and `score` None."""
+    notes: list[str] = []
+    reports = [_collect_tests([report], notes) for report in junit_files(files)]
+    tests, _conflict = merge_reports([r for r in reports if r] + [run.tests for run in witness])
+    if exit_code not in (0, None) and not timed_out:
+        notes.append(f"the verifier exited {exit_code}; under Harbor's rules that does not count")
+
+    def verifier_error(reason: str) -> Score:
+        error = f"verifier error: {reason}"
+        return Score(
+            False, None, "reward_file", tests=tests, notes=notes, summary=error, error=error
+        )
+
+    if timed_out:  # VerifierTimeoutError
+        return verifier_error("the verifier ran past its time limit")
+    try:
+        rewards, origin, key = _harbor_rewards(files, notes)
+    except HarborVerifierError as exc:
+        return verifier_error(str(exc))
+    score = float(rewards[key])
+    others = ", ".join(f"{name} {value:g}" for name, value in rewards.items() if name != key)
+    summary = f"reward {score:g} from {origin}"
+    if key != "reward":
+        summary += f" (its only number, {key!r})"
+    elif others:
+        summary += f" ({others})"
+    return Score(
+        score >= 1.0,
+        score,
+        "reward_file",
+        reward=rewards,
+        tests=tests,
+        notes=notes,
+        summary=summary,
+    )

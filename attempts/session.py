@@ -24,10 +24,11 @@ from django.db import transaction
 from django.db.models import F
 
 from .capture import StreamCapture
-from .errors import AttemptGone, AttemptStopped
+from .errors import AttemptGone, AttemptStopped, TaskInvalid
 from .models import Actor, Attempt, Event, EventKind
 from .sandbox.runtime import ExecResult, Sandbox
 from .timeline import Timeline, clip
+from .users import UserRefused, resolve_user
 from .workspace import safe_relative, sandbox_owned
 
 LIVE_FLUSH_BYTES = 4096
@@ -112,6 +113,44 @@ class SandboxSession:
         self.sandbox = sandbox
         self.timeline = Timeline(attempt.pk)
         self.should_stop = should_stop
+        self._users: dict[str, str | None] = {}
+
+    @property
+    def task(self):
+        """The attempt's task, or None for a bare attempt (a pool's step knows only its id)."""
+        return self.attempt.task if self.attempt.task_id else None
+
+    @property
+    def workdir(self) -> str:
+        """The agent's working folder: where commands run and relative paths point."""
+        return (self.task.workdir if self.task else "") or "/workspace"
+
+    def run_as(self, user: str) -> str | None:
+        """`uid:gid` of a user the task names (looked up in the sandbox's own /etc/passwd;
+        root only where the task allows it), or None for "" (the sandbox user). A user the
+        image lacks or may not have raises TaskInvalid."""
+        if not user or self.task is None:
+            return None
+        if user not in self._users:
+            found = {
+                name: self.sandbox.read_files(f"/etc/{name}", max_bytes=4 << 20).get(name, b"")
+                for name in ("passwd", "group")
+            }
+            try:
+                self._users[user] = resolve_user(
+                    user,
+                    passwd=found["passwd"],
+                    group=found["group"],
+                    allow_root=self.task.allow_root,
+                )
+            except UserRefused as exc:
+                raise TaskInvalid("user", exc.message) from None
+        return self._users[user]
+
+    @property
+    def agent_user(self) -> str | None:
+        """Who the agent's commands run as (None: the sandbox user)."""
+        return self.run_as(self.task.agent_user) if self.task else None
 
     def storage_name(self, name: str) -> str:
         return f"attempts/{self.attempt.pk}/{name}"
@@ -129,22 +168,24 @@ class SandboxSession:
         head_limit: int | None = None,
         tail_limit: int | None = None,
         display: str | None = None,
-        workdir: str = "/workspace",
+        workdir: str | None = None,
         request: str = "",
         number: int | None = None,
         user: str | None = None,
+        user_name: str = "",
         stream_output: bool = False,
     ) -> CommandRun:
         """Run a command with events for its start and end. A string runs in /bin/sh; a list is
         argv. `request` tags the events (an API call waiting on them). `number`: an exec
         number already taken from the attempt's counter (else the next). `user`: `uid:gid` to
-        run as (else the sandbox user).
+        run as (else the sandbox user), `user_name` its name as the task gave it.
 
         Its output is stored once: the end event holds its head and tail, the raw bytes are a
         file. While it runs (`live`), its start event carries a live tail for the page. Only an
         API client streaming the output (`stream_output`) also gets the head as output events
         while it is printed: they are that stream's transport."""
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else command
+        workdir = workdir or self.workdir
         shown = display or (command if isinstance(command, str) else shlex.join(command))
         with transaction.atomic():  # its number and its start: one write
             if number is None:
@@ -152,10 +193,12 @@ class SandboxSession:
             base = {"step": step, "exec": number, "command": clip(shown)}
             if request:
                 base["request"] = request
-            if workdir != "/workspace":
+            if workdir != self.workdir:
                 base["cwd"] = workdir
             if user:
                 base["user"] = user
+                if user_name:
+                    base["user_name"] = user_name
             started = self.timeline.add(
                 EventKind.EXEC, actor=actor, phase="start", timeout=timeout, **base
             )
@@ -415,12 +458,21 @@ class _Collector:
             target.extend(data[: self.limit + 1 - len(target)])
 
 
+def agent_ids(session: SandboxSession) -> tuple[int, int] | None:
+    """The agent's uid and gid where the task names its user (else None: the sandbox user)."""
+    user = session.agent_user
+    return tuple(int(n) for n in user.split(":")) if user else None
+
+
 def _run_file_script(session: SandboxSession, name: str, args: list[str], *, limit: int = 1 << 20):
     collector = _Collector(limit)
+    user = session.agent_user
     result = session.sandbox.exec(
         ["/bin/sh", "-c", _FILE_SCRIPTS[name], f"boltz-{name}", *args],
         timeout=120,
         on_output=collector,
+        workdir=session.workdir,
+        **({"user": user} if user else {}),
     )
     return result, collector
 
@@ -450,7 +502,9 @@ def read_file(session: SandboxSession, path: str, *, max_bytes: int) -> bytes:
 def write_file(session: SandboxSession, path: str, data: bytes, *, mode: int = 0o644) -> None:
     """Write a file as the sandbox user (its folders made as needed)."""
     staged = f"/tmp/.boltz-upload-{time.monotonic_ns()}"
-    session.sandbox.put_archive("/", files_tar({staged.lstrip("/"): data}, mode=0o600))
+    session.sandbox.put_archive(
+        "/", files_tar({staged.lstrip("/"): data}, mode=0o600, owner=agent_ids(session))
+    )
     result, _ = _run_file_script(session, "write", [staged, path, f"{mode:o}"])
     _raise_for(result, path)
     session.timeline.add(
@@ -506,6 +560,10 @@ def upload_archive(session: SandboxSession, path: str, data: bytes) -> int:
             if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
                 raise FileOpError("invalid", f"{member.name!r} is not a file, folder or link")
             info = sandbox_owned(member)
+            owner = agent_ids(session)
+            if owner is not None:
+                info.uid, info.gid = owner
+                info.uname = info.gname = ""
             info.name = f"{path.strip('/')}/{name}"
             if member.islnk():
                 info.linkname = f"{path.strip('/')}/{safe_relative(member.linkname)}"

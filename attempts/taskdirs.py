@@ -100,8 +100,10 @@ def _limit(limits: dict, key: str, parse, default):
     return value
 
 
-def read_task_dir(directory: Path) -> dict:
-    """Parse and validate a task directory into Task field values (nothing saved)."""
+def read_task_dir(directory: Path, **options) -> dict:
+    """Parse and validate a task directory into Task field values (nothing saved).
+    `options`: `image` (in place of the task's), `build` (build its Dockerfile now),
+    `base_images` (FROM=LOCAL mappings), `progress` (a callback for the build's lines)."""
     directory = directory.resolve()
     toml_path = directory / TASK_FILE
     if not toml_path.is_file():
@@ -161,14 +163,26 @@ def read_task_dir(directory: Path) -> dict:
         raise TaskInvalid(field, exc.message) from None
 
     image = str(spec.get("image", ""))
-    require_image(image)
+    built = _dockerfile_image(directory, image, options) if not options.get("image") else {}
+    if options.get("image"):
+        image = options["image"]
+        require_image(image, field="--image")
+    elif built:
+        image = built["image"]
+    else:
+        require_image(image)
     check_mode = spec.get("check_mode", "fresh")
     if check_mode not in CHECK_MODES:
         raise TaskInvalid("check_mode", f"{check_mode!r}: expected one of {', '.join(CHECK_MODES)}")
     protected = protected_patterns(spec.get("protected_paths", []))
     reward_file = spec.get("reward_file", False)
+    reward_rules = "boltz"
+    if reward_file == "harbor":  # Harbor's rules: only the reward file decides
+        reward_file, reward_rules = True, "harbor"
     if not isinstance(reward_file, bool):
-        raise TaskInvalid("reward_file", f"{reward_file!r}: expected true or false")
+        raise TaskInvalid(
+            "reward_file", f'{reward_file!r}: expected true, false or "harbor" (Harbor\'s rules)'
+        )
 
     check_files, check_paths = b"", []
     check_dir = directory / CHECK_FOLDER
@@ -194,6 +208,9 @@ def read_task_dir(directory: Path) -> dict:
         "check_mode": check_mode,
         "protected_paths": protected,
         "reward_file": reward_file,
+        "reward_rules": reward_rules,
+        "build_context": built.get("build_context", b""),
+        "build_log": built.get("build_log", ""),
         "check_files": check_files,
         "check_file_paths": check_paths,
         "reference_patch": reference,
@@ -236,8 +253,34 @@ def reference_applies_in(tree: Path, patch: str) -> None:
             ) from None
 
 
+DOCKERFILES = ("Dockerfile", "environment/Dockerfile")
+
+
+def _dockerfile_image(directory: Path, image: str, options: dict) -> dict:
+    """A task folder's own Dockerfile (Dockerfile, or environment/Dockerfile, beside
+    task.toml): its packed context and tag, built now where the import may use Docker (else
+    by the worker before the task's first attempt on each host)."""
+    found = [name for name in DOCKERFILES if (directory / name).is_file()]
+    if not found:
+        return {}
+    if image:
+        raise TaskInvalid("image", f"give either image or a {found[0]}, not both")
+    from . import task_images
+
+    folder = (directory / found[0]).parent
+    mapping = task_images.base_mapping(options.get("base_images"))
+    context, _mapped = task_images.pack_context(folder, mapping=mapping)
+    values = {"image": task_images.context_tag(context), "build_context": context, "build_log": ""}
+    if options.get("build"):
+        try:
+            _tag, values["build_log"] = task_images.build(context, progress=options.get("progress"))
+        except task_images.ImageBuildFailed as exc:
+            raise TaskInvalid(found[0], task_images.failure_text(exc)) from None
+    return values
+
+
 @transaction.atomic
-def load_task_dir(directory: Path) -> tuple[Task, bool]:
+def load_task_dir(directory: Path, **options) -> tuple[Task, bool]:
     """Create or update the task a directory describes. Returns (task, created)."""
-    values = read_task_dir(directory)
+    values = read_task_dir(directory, **options)
     return Task.objects.update_or_create(slug=values.pop("slug"), defaults=values)

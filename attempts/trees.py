@@ -59,10 +59,20 @@ class AttemptTrees:
             self._base_files = changes.listing(env, self.scratch, tree_ish=self.task.base_commit)
         return self._base_files
 
-    def base_files_tar(self, paths: list[str]) -> bytes:
+    def base_files_tar(self, paths: list[str], *, owner: tuple[int, int] | None = None) -> bytes:
+        """The base's `paths`, as a tar to put at / (in the task's working folder)."""
         return changes.base_files(
-            self.base_repository(), self.task.base_commit, paths, self.scratch
+            self.base_repository(),
+            self.task.base_commit,
+            paths,
+            self.scratch,
+            prefix=self.workdir.lstrip("/") + "/",
+            owner=owner,
         )
+
+    @property
+    def workdir(self) -> str:
+        return self.task.workdir or "/workspace"
 
     # --- recording -----------------------------------------------------------------------------
     def record(self, session: SandboxSession) -> None:
@@ -70,14 +80,15 @@ class AttemptTrees:
         worker, keep the complete patch (and its head for the page), the tamper report, the
         agent's commits and the checked tree's files."""
         attempt, timeline = self.attempt, session.timeline
-        stream = session.get_archive("/workspace")
+        stream = session.get_archive(self.workdir)
         if stream is None:
-            raise ChangesUnavailable("/workspace no longer exists in the sandbox")
+            raise ChangesUnavailable(f"{self.workdir} no longer exists in the sandbox")
         tree = changes.read_tree(
             stream,
             self.scratch / "agent",
             max_bytes=settings.BOLTZ_MAX_TREE_BYTES,
             max_files=settings.BOLTZ_MAX_TREE_FILES,
+            prefix=changes.archive_prefix(self.workdir),
         )
         recorded = changes.record(
             tree,

@@ -21,10 +21,12 @@ def _entries(text: bytes, fields: int) -> list[list[str]]:
     return rows
 
 
-def resolve_user(user: str, *, passwd: bytes, group: bytes) -> str:
+def resolve_user(user: str, *, passwd: bytes, group: bytes, allow_root: bool = False) -> str:
     """`uid:gid` for a user name or uid of the image. Refused: no such user (`user_not_found`),
-    or a user that is root, in root's group, or has root's group among its groups
-    (`user_not_allowed`)."""
+    or (unless the task allows root) a user that is root, in root's group, or has root's
+    group among its groups (`user_not_allowed`)."""
+    if allow_root and user in ("root", "0", "0:0"):
+        return "0:0"
     users = _entries(passwd, 4)
     found = next((u for u in users if u[0] == user), None)
     if found is None and user.isdigit():
@@ -36,7 +38,7 @@ def resolve_user(user: str, *, passwd: bytes, group: bytes) -> str:
         )
     name, uid, gid = found[0], found[2], found[3]
     members = {g[2] for g in _entries(group, 4) if name in (m.strip() for m in g[3].split(","))}
-    if uid == "0" or gid == "0" or "0" in members:
+    if not allow_root and (uid == "0" or gid == "0" or "0" in members):
         raise UserRefused(
             "user_not_allowed",
             f"user {user} is root or in root's group; commands never run as root in a Boltz "

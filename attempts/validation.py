@@ -31,7 +31,7 @@ def task_validate(*, task: Task, by: str) -> Task:
     Running it again replaces the mark."""
     from .services import attempt_create
 
-    if not (task.reference_patch.strip() or task.reference_script.strip()):
+    if not task.has_reference:
         Task.objects.filter(pk=task.pk).update(
             validation="invalid",
             validation_reference=None,
@@ -61,7 +61,7 @@ def verdict(reference: Attempt | None, noop: Attempt | None) -> tuple[str, str] 
         return None
     problems = []
     for name, attempt in (("reference", reference), ("noop", noop)):
-        if attempt.outcome in (Outcome.INFRA_ERROR, Outcome.CANCELLED):
+        if attempt.outcome in (Outcome.INFRA_ERROR, Outcome.CANCELLED, Outcome.VERIFIER_ERROR):
             problems.append(
                 f"the {name} attempt ({attempt.name}) could not run: "
                 f"{attempt.failure_reason or attempt.outcome}"
@@ -74,7 +74,9 @@ def verdict(reference: Attempt | None, noop: Attempt | None) -> tuple[str, str] 
             "check does not pass with the reference solution"
         )
         check = reference.checks.order_by("created_at", "pk").only("output").last()
-        quote = first_error_line(check.output) if check is not None else ""
+        # The attempt's reason says it in words when the environment is the cause (a tool the
+        # image lacks, a permission withheld, no network), else the check's first error line.
+        quote = reference.failure_reason or (first_error_line(check.output) if check else "")
         problems.append(f"{problem}: {quote}" if quote else problem)
     if noop.outcome == Outcome.PASSED:
         problems.append(f"noop passed ({noop.name}): the check passes without any change")

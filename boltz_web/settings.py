@@ -177,6 +177,11 @@ BOLTZ_INSTANCE = env_str(
     "BOLTZ_INSTANCE", "boltz-" + hashlib.sha256(str(DATA_DIR).encode()).hexdigest()[:8]
 )
 BOLTZ_SANDBOX_NETWORK = env_str("BOLTZ_SANDBOX_NETWORK", "bridge")
+# Tasks that ask for network (Harbor's default) run only where this is on; else they are
+# refused with that reason.
+BOLTZ_ALLOW_NETWORK_TASKS = env_bool("BOLTZ_ALLOW_NETWORK_TASKS", False)
+# Base images of task Dockerfiles mapped to local ones, `FROM=LOCAL,...` (`*`: any other base).
+BOLTZ_BASE_IMAGES = env_str("BOLTZ_BASE_IMAGES", "")
 CELERY_WORKER_CONCURRENCY = BOLTZ_MAX_SANDBOXES
 # A running attempt whose worker process has given no sign of life for this long is lost: it
 # ends as an infrastructure error, its container goes and its slot is free again.

@@ -3,7 +3,6 @@ SWE-bench way: resolved exactly when every FAIL_TO_PASS and PASS_TO_PASS test pa
 
 from __future__ import annotations
 
-import shutil
 import zipfile
 from pathlib import Path
 
@@ -96,48 +95,6 @@ def test_swebench_scoring_resolves_only_when_f2p_and_p2p_all_pass(worker, docker
     assert broken.outcome == Outcome.FAILED and broken.score == 0.5
     outcomes = dict(broken.checks.get().tests.values_list("name", "outcome"))
     assert outcomes["tests.test_calc::test_multiply"] == "failed"
-
-
-HARBOR = Path(__file__).parent / "data" / "harbor"
-
-
-def test_a_harbor_directory_imports_with_its_timeouts_image_and_tests(docker_ready):
-    out = run_import(HARBOR / "hello-file")
-    assert "created hello-file" in out
-    task = Task.objects.get(slug="hello-file")
-    assert (task.agent_timeout, task.check_timeout) == (120.0, 60.0)
-    assert task.memory_bytes == 512 * 1024**2 and task.image == "boltz-sandbox:bookworm"
-    assert task.check_file_paths == ["tests/test.sh", "tests/test_outputs.py"]
-    assert task.reference_script.startswith("#!/bin/bash")
-    assert task.instruction.startswith("Create a file called hello.txt")
-
-
-def test_a_harbor_directory_without_an_image_is_refused_with_the_reason(docker_ready, tmp_path):
-    from io import StringIO
-
-    harbor = tmp_path / "no-image"
-    shutil.copytree(HARBOR / "hello-file", harbor)
-    toml = (
-        (harbor / "task.toml").read_text().replace('docker_image = "boltz-sandbox:bookworm"\n', "")
-    )
-    (harbor / "task.toml").write_text(toml)
-    out = StringIO()
-    with pytest.raises(CommandError, match="nothing was imported"):
-        call_command("import_tasks", str(harbor), stdout=out)
-    assert "environment.docker_image: not set" in out.getvalue()
-
-
-@pytest.mark.worker
-def test_harbor_reference_passes_by_reward_file_and_noop_fails(worker, docker_ready):
-    run_import(HARBOR / "hello-file")
-    task = Task.objects.get(slug="hello-file")
-    reference, noop = wait_finished(
-        [attempt_create(task=task, agent="reference"), attempt_create(task=task, agent="noop")],
-        timeout=120,
-    )
-    assert reference.outcome == Outcome.PASSED, reference.checks.get().output
-    assert reference.checks.get().source == "reward_file"
-    assert noop.outcome == Outcome.FAILED and noop.score == 0.0
 
 
 def test_admin_upload_imports_and_reports(admin_client, docker_ready, repos_dir):

@@ -212,3 +212,94 @@ def test_required_tests_must_all_pass_and_missing_ones_count_as_failed():
         required=["tests/test_a.py::test_ok", "tests/test_a.py::test_gone"],
     )
     assert missing.passed is False and "did not run" in missing.notes[0]
+
+
+# --- Harbor's rules ---------------------------------------------------------------------------
+
+
+def harbor(files, exit_code=0, **kwargs):
+    return score_check(exit_code=exit_code, timed_out=False, files=files, rules="harbor", **kwargs)
+
+
+def test_harbor_reward_txt_decides_whatever_the_exit_code():
+    result = harbor({"reward.txt": b"1\n"}, exit_code=2)
+    assert (result.passed, result.score, result.source) == (True, 1.0, "reward_file")
+    assert result.reward == {"reward": 1.0}
+    assert (result.error, result.problem) == ("", "")
+    assert result.summary == "reward 1 from reward.txt"
+    assert "the verifier exited 2" in result.notes[0]
+    assert harbor({"reward.txt": b"0.99"}).passed is False
+
+
+def test_harbor_reward_json_keeps_every_number_and_scores_reward():
+    files = {"reward.json": b'{"reward": 0.5, "accuracy": 0.5, "f1": 0.4, "detail": "x"}'}
+    result = harbor(files)
+    assert (result.passed, result.score) == (False, 0.5)
+    assert result.reward == {"reward": 0.5, "accuracy": 0.5, "f1": 0.4}
+    assert result.summary == "reward 0.5 from reward.json (accuracy 0.5, f1 0.4)"
+    assert any("detail" in note for note in result.notes)
+
+
+def test_harbor_reads_reward_json_before_reward_txt():
+    result = harbor({"reward.json": b'{"reward": 1}', "reward.txt": b"0"})
+    assert (result.score, result.passed) == (1.0, True)
+    assert any("reads reward.json first" in note for note in result.notes)
+
+
+def test_harbor_takes_reward_txt_when_reward_json_has_no_reward_key():
+    result = harbor({"reward.json": b'{"accuracy": 0.25}', "reward.txt": b"1"})
+    assert (result.score, result.passed) == (1.0, True)
+    assert result.reward == {"accuracy": 0.25, "reward": 1.0}
+
+
+def test_harbor_takes_the_only_number_of_a_reward_json_without_reward():
+    result = harbor({"reward.json": b'{"accuracy": 0.25}'})
+    assert (result.score, result.error) == (0.25, "")
+    assert "accuracy" in result.summary
+
+
+@pytest.mark.parametrize(
+    ("files", "reason"),
+    [
+        ({}, "no reward file"),
+        ({"reward.txt": b""}, "verifier error: /logs/verifier/reward.txt is empty"),
+        ({"reward.json": b""}, "verifier error: /logs/verifier/reward.json is empty"),
+        ({"reward.txt": b"PASS"}, "reward.txt holds no number"),
+        ({"reward.txt": b"0.5 1"}, "reward.txt holds no number"),
+        ({"reward.txt": b"inf"}, "not a finite number"),
+        ({"reward.json": b"{oops"}, "reward.json is not valid JSON"),
+        ({"reward.json": b"0.5"}, "not a bare number"),
+        ({"reward.json": b"[1]"}, "must hold a JSON object"),
+        ({"reward.json": b'{"reward": "1"}'}, "needs a 'reward' key"),
+        ({"reward.json": b'{"a": 1, "b": 0}'}, "needs a 'reward' key"),
+        ({"reward.json": b'{"reward": true}'}, "needs a 'reward' key"),
+    ],
+)
+def test_harbor_verifier_errors_give_no_score(files, reason):
+    result = harbor({**files, "junit.xml": JUNIT})
+    assert (result.passed, result.score, result.reward) == (False, None, None)
+    assert result.error.startswith("verifier error: ")
+    assert reason in result.error
+    assert result.summary == result.error
+    assert len(result.tests) == 4  # kept for display
+
+
+def test_harbor_time_out_is_a_verifier_error():
+    result = score_check(exit_code=None, timed_out=True, files={"reward.txt": b"1"}, rules="harbor")
+    assert (result.passed, result.score) == (False, None)
+    assert result.error == "verifier error: the verifier ran past its time limit"
+
+
+def test_harbor_test_reports_are_shown_but_never_disagree_or_score():
+    files = {"reward.txt": b"1", "junit.xml": JUNIT}
+    unfinished = WitnessRun(finished=False, exitstatus=None, tests=[])
+    result = harbor(files, exit_code=0, witness=[unfinished], required=["tests/test_a.py::x"])
+    assert (result.passed, result.score, result.problem) == (True, 1.0, "")
+    assert [t.outcome for t in result.tests] == ["passed", "failed", "error", "skipped"]
+
+
+def test_default_rules_are_boltz_and_unknown_rules_are_refused():
+    files = {"reward.txt": b"1"}
+    assert score_check(exit_code=1, timed_out=False, files=files).source == "exit_code"
+    with pytest.raises(ValueError):
+        score_check(exit_code=0, timed_out=False, files=files, rules="other")

@@ -26,6 +26,7 @@ class ImportItem:
     source: str  # where it came from: a folder, or FILE:LINE
     values: dict | None = None  # Task fields, when it could be read
     refused: str = ""  # why not, otherwise
+    notes: list[str] = field(default_factory=list)  # keys ignored, images built or mapped
 
 
 @dataclass
@@ -34,14 +35,17 @@ class ImportReport:
     updated: list[str] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)
     default_image: str = ""  # set when SWE-bench rows were read without an image: this one
+    notes: dict[str, list[str]] = field(default_factory=dict)  # slug -> what the import noted
 
     def lines(self, *, image_hint: str = "use --image to choose") -> list[str]:
         """The report, a line each; `image_hint` says how to choose another image."""
         out = []
         if self.default_image:
             out.append(f"image: {self.default_image} (the default; {image_hint})")
-        out += [f"created {slug}" for slug in self.created]
-        out += [f"updated {slug}" for slug in self.updated]
+        for verb, slugs in (("created", self.created), ("updated", self.updated)):
+            for slug in slugs:
+                out.append(f"{verb} {slug}")
+                out += [f"  {note}" for note in self.notes.get(slug, [])]
         out += [f"refused {source}: {reason}" for source, reason in self.refused]
         out.append(
             f"{len(self.created)} created, {len(self.updated)} updated, {len(self.refused)} refused"
@@ -77,7 +81,7 @@ def read_items(path: Path, **options) -> list[ImportItem]:
     if kind == "swebench":
         return swebench.read(path, **options)
     if kind == "boltz":
-        return [boltz_dirs.read_one(path)]
+        return [boltz_dirs.read_one(path, **options)]
     if kind == "harbor":
         return [harbor.read_one(path, **options)]
     if kind == "zip":
@@ -115,11 +119,22 @@ def import_path(path: Path, **options) -> ImportReport:
             report.refused.append((item.source, item.refused))
             continue
         values = dict(item.values)
-        slug = values.pop("slug")
+        slug = unique_slug(values.pop("slug"), values.pop("dataset", ""), values["source_dir"])
         with transaction.atomic():
             _, created = Task.objects.update_or_create(slug=slug, defaults=values)
         (report.created if created else report.updated).append(slug)
+        if item.notes:
+            report.notes[slug] = item.notes
     return report
+
+
+def unique_slug(slug: str, dataset: str, source: str) -> str:
+    """The task's slug; when another task from elsewhere has it (two datasets' tasks of one
+    name), prefixed with the task's dataset. Importing the same folder again finds its own."""
+    if not dataset or not source:
+        return slug
+    taken = Task.objects.filter(slug=slug).exclude(source_dir=source).exists()
+    return f"{dataset}-{slug}"[:100] if taken else slug
 
 
 def guarded(source: str, build) -> ImportItem:

@@ -8,5 +8,5 @@ from ..taskdirs import read_task_dir
 from . import ImportItem, guarded
 
 
-def read_one(path: Path) -> ImportItem:
-    return guarded(str(path), lambda: read_task_dir(path))
+def read_one(path: Path, **options) -> ImportItem:
+    return guarded(str(path), lambda: read_task_dir(path, **options))

@@ -1,121 +1,214 @@
-"""Harbor / Terminal-Bench style task directories:
+"""Harbor / Terminal-Bench task folders, run as Harbor runs them:
 
     instruction.md          what the agent is told
-    task.toml               [agent] timeout_sec, [verifier] timeout_sec,
-                            [environment] docker_image, cpus, memory_mb, allow_internet
-    tests/test.sh           the verifier: writes /logs/verifier/reward.txt (or reward.json)
-    solution/solve.sh       the reference solution (a script)
+    task.toml               read by harbor_config.py: every key honoured, listed as ignored,
+                            or refused with a reason naming it
+    environment/Dockerfile  built on the worker host (tagged by a hash of its context), with
+                            FROM mapped to local images; or [environment] docker_image
+    tests/test.sh           the verifier: writes /logs/verifier/reward.txt or reward.json
+    solution/               the reference solution (solve.sh and anything beside it)
 
-Boltz runs it like this: the image named in [environment] (any image the hosts have: Boltz
-does not build environment/Dockerfile), an empty git repository in /workspace so the agent's
-changes there show as a diff, tests/ as hidden check files restored to /workspace/tests, and
-solve.sh as the reference agent. Checks run as the sandbox user, not root, so in the test
-scripts /logs/verifier becomes $BOLTZ_CHECK_DIR (where Boltz reads reward.txt/reward.json) and
-/tests becomes /workspace/tests; the import notes this in the task.s
-`source_dir`. Tasks that need root or network in their verifier will fail validation.
+In the sandbox: the image's WORKDIR (or [environment] workdir) is the agent's working folder
+and its files there at the start are the base the diff is taken against; the agent, the
+solution and the verifier run as the users the task names, else the image's user (root, when
+the image says nothing: Harbor's tasks may run as root, with no capabilities); /logs/agent,
+/logs/artifacts and /logs/verifier exist; /solution holds solution/ for the reference only;
+/tests arrives for the check, which runs `bash /tests/test.sh` from the working folder and is
+scored by Harbor's reward rules. No file of the task is rewritten.
+
+Building needs Docker, so it happens only where the import may use it (`import_tasks` on a
+worker host); elsewhere such a task is refused with that reason.
 """
 
 from __future__ import annotations
 
-import re
+import hashlib
+import io
+import tarfile
 import tempfile
-import tomllib
 from pathlib import Path
 
 from django.conf import settings
 from django.utils.text import slugify
 
 from .. import repos
-from ..errors import TaskInvalid
+from ..errors import NETWORK_TASKS_OFF, TaskInvalid
 from ..taskdirs import require_image
 from . import ImportItem, guarded
+from .harbor_config import HarborSpec, read_spec
 
-CHECK = "cd /workspace && bash tests/test.sh"
-_REWRITES = (
-    (re.compile(r"/logs/verifier"), "$BOLTZ_CHECK_DIR"),
-    (re.compile(r"(?<![\w/])/tests/"), "/workspace/tests/"),
-)
+CHECK = "bash /tests/test.sh"
 
 
-def read_one(path: Path, **_options) -> ImportItem:
-    return guarded(str(path), lambda: task_values(path))
+def read_one(path: Path, **options) -> ImportItem:
+    notes: list[str] = []
+    item = guarded(str(path), lambda: task_values(path, notes=notes, **options))
+    item.notes = notes
+    return item
 
 
-def _number(table: dict, key: str, where: str, default):
-    value = table.get(key, default)
-    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-        raise TaskInvalid(f"{where}.{key}", f"{value!r}: expected a positive number")
-    return value
+def folder_tar(folder: Path, prefix: str) -> bytes:
+    """A tar of a folder, as it is (modes kept, owned by root), under `prefix` at /."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for path in [folder, *sorted(folder.rglob("*"))]:
+            rel = path.relative_to(folder).as_posix()
+            name = prefix if rel == "." else f"{prefix}/{rel}"
+            if path.is_symlink() or not (path.is_file() or path.is_dir()):
+                raise TaskInvalid(prefix, f"{rel} is not a regular file or folder")
+            info = tar.gettarinfo(str(path), arcname=name)
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            if path.is_file():
+                with path.open("rb") as handle:
+                    tar.addfile(info, handle)
+            else:
+                tar.addfile(info)
+    return buffer.getvalue()
 
 
-def _rewrite(text: str) -> str:
-    for pattern, replacement in _REWRITES:
-        text = pattern.sub(replacement, text)
-    return text
-
-
-def task_values(path: Path) -> dict:
-    try:
-        spec = tomllib.loads((path / "task.toml").read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise TaskInvalid("task.toml", f"not valid TOML: {exc}") from None
+def task_values(
+    path: Path,
+    *,
+    notes: list[str],
+    image: str = "",
+    build: bool = False,
+    base_images: list[str] | None = None,
+    progress=None,
+    **_options,
+) -> dict:
+    spec = read_spec(path)
+    notes.extend(f"ignored {line}" for line in spec.ignored)
+    if spec.storage_bytes:
+        notes.append(
+            "ignored environment.storage: Docker here cannot cap a container's disk "
+            "(it needs project quotas), so the sandbox's disk is not limited"
+        )
     instruction = (path / "instruction.md").read_text().strip()
     if not instruction:
         raise TaskInvalid("instruction.md", "is empty")
-    env = spec.get("environment", {}) or {}
-    image = env.get("docker_image") or env.get("image") or ""
-    if not image:
-        raise TaskInvalid(
-            "environment.docker_image",
-            "not set: Boltz runs images the worker "
-            "hosts have and does not build environment/Dockerfile",
-        )
-    require_image(image, field="environment.docker_image", hint="build it on every worker host")
-    tests = path / "tests"
-    if not (tests / "test.sh").is_file():
+    if not (path / "tests" / "test.sh").is_file():
         raise TaskInvalid("tests/test.sh", "missing: it is the task's verifier")
-    slug = slugify(str(spec.get("metadata", {}).get("name") or path.name))[:100]
-    with tempfile.TemporaryDirectory(dir=settings.DATA_DIR) as scratch:
-        check = Path(scratch) / "tests"
-        for source in sorted(tests.rglob("*")):
-            target = check / source.relative_to(tests)
-            if source.is_dir():
-                target.mkdir(parents=True, exist_ok=True)
-            elif source.is_file():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                data = source.read_bytes()
-                if source.suffix in (".sh", ".py", ""):
-                    data = _rewrite(data.decode("utf-8", errors="surrogateescape")).encode(
-                        "utf-8", errors="surrogateescape"
-                    )
-                target.write_bytes(data)
-        check_files, check_paths = repos.tar_folder(Path(scratch), prefix="workspace/")
-        empty = Path(scratch) / "empty"
-        empty.mkdir()
-        repo_url = repos.repository_from_folder(empty, slug)
-    solve = path / "solution" / "solve.sh"
-    agent, verifier = spec.get("agent", {}) or {}, spec.get("verifier", {}) or {}
-    return {
+    if spec.network and not settings.BOLTZ_ALLOW_NETWORK_TASKS:
+        raise TaskInvalid(
+            "environment.network_mode",
+            "Harbor gives this task public network (allow_internet / network_mode say so, "
+            "or say nothing); " + NETWORK_TASKS_OFF,
+        )
+    slug = slugify(spec.name)[:100] or slugify(path.name)[:100]
+    values = {
         "slug": slug,
-        "title": str(spec.get("metadata", {}).get("title") or path.name),
+        "dataset": slugify(spec.dataset)[:40],
+        "title": spec.title or spec.name,
         "instruction": instruction,
-        "repo_url": repo_url,
-        "base_ref": "HEAD",
-        "base_commit": repos.resolve_ref(repo_url, "HEAD"),
-        "image": image,
+        "layout": "harbor",
         "check_command": CHECK,
-        # Harbor's verifiers check the container's own state, and write the reward.
         "check_mode": "in_place",
         "reward_file": True,
-        "protected_paths": ["tests"],
-        "check_files": check_files,
-        "check_file_paths": check_paths,
+        "reward_rules": "harbor",
+        "protected_paths": [],
+        "check_files": folder_tar(path / "tests", "tests"),
+        "check_file_paths": [],
+        "check_removed_paths": [],
         "reference_patch": "",
-        "reference_script": solve.read_text() if solve.is_file() else "",
-        "agent_timeout": float(_number(agent, "timeout_sec", "agent", 600)),
-        "check_timeout": float(_number(verifier, "timeout_sec", "verifier", 600)),
-        "cpus": float(_number(env, "cpus", "environment", 1)),
-        "memory_bytes": int(_number(env, "memory_mb", "environment", 1024)) * 1024 * 1024,
-        "network": bool(env.get("allow_internet", False)),
-        "source_dir": f"harbor:{path} (tests' /logs/verifier and /tests paths rewritten)",
+        "reference_script": "",
+        "solution_files": (
+            folder_tar(path / "solution", "solution") if (path / "solution").is_dir() else b""
+        ),
+        "stage_env": spec.env,
+        "agent_timeout": spec.agent_timeout,
+        "check_timeout": spec.verifier_timeout,
+        "cpus": spec.cpus,
+        "memory_bytes": spec.memory_bytes,
+        "network": spec.network,
+        "allow_root": True,
+        "source_dir": f"harbor:{path.resolve()}",
+        "build_context": b"",
+        "build_log": "",
     }
+    values.update(_environment(path, spec, slug, image, build, base_images, progress, notes))
+    return values
+
+
+def _environment(path, spec: HarborSpec, slug, image, build, base_images, progress, notes) -> dict:
+    """The image (named, given with --image, or built from environment/Dockerfile), its
+    working folder and users, and the base: the working folder's files in the image."""
+    if not build:
+        raise TaskInvalid(
+            "environment",
+            "a Harbor task is imported where Docker is at hand (`manage.py import_tasks` on a "
+            "worker host): its working folder's files in the image are the base its diffs "
+            "are taken against",
+        )
+    from .. import task_images
+    from ..sandbox import runtime
+
+    values: dict = {}
+    if image or spec.docker_image:
+        name = image or spec.docker_image
+        require_image(name, field="--image" if image else "environment.docker_image")
+        if image:
+            notes.append(f"image: {image} (--image), in place of the task's own")
+    else:
+        mapping = task_images.base_mapping(base_images)
+        context, mapped = task_images.pack_context(path / "environment", mapping=mapping)
+        notes.extend(f"base image mapped: {line}" for line in mapped)
+        try:
+            name, log = task_images.build(context, progress=progress)
+        except task_images.ImageBuildFailed as exc:
+            raise TaskInvalid("environment/Dockerfile", task_images.failure_text(exc)) from None
+        notes.append(f"image: {name} (built from environment/Dockerfile)")
+        values.update(build_context=context, build_log=log)
+    config = runtime.image_config(name) or {}
+    workdir = spec.workdir or config.get("workdir") or ""
+    if workdir.rstrip("/") in ("", "/"):
+        raise TaskInvalid(
+            "environment.workdir",
+            "the image has no WORKDIR and task.toml none: Boltz records the agent's changes "
+            "in its working folder, and / is the whole file system",
+        )
+    image_user = config.get("user") or "root"
+    agent_user = spec.agent_user or image_user
+    values.update(
+        image=name,
+        workdir=workdir,
+        agent_user=agent_user,
+        solution_user=spec.solution_user or agent_user,
+        check_user=spec.verifier_user or image_user,
+    )
+    values.update(_base(name, workdir, f"{slug}-{_digest(str(path.resolve()))}"))
+    return values
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def _base(image: str, workdir: str, slug: str) -> dict:
+    """A repository of the working folder's files as the image holds them."""
+    from .. import changes
+    from ..sandbox import runtime
+
+    with tempfile.TemporaryDirectory(dir=settings.DATA_DIR) as scratch:
+        archive = Path(scratch) / "workdir.tar"
+        with archive.open("wb") as out:
+            present = runtime.image_folder_archive(image, workdir, out)
+        folder = Path(scratch) / "tree"
+        if present:
+            with archive.open("rb") as handle:
+                try:
+                    tree = changes.read_tree(
+                        iter(lambda: handle.read(1 << 20), b""),
+                        Path(scratch) / "read",
+                        max_bytes=settings.BOLTZ_MAX_TREE_BYTES,
+                        max_files=settings.BOLTZ_MAX_TREE_FILES,
+                        prefix=changes.archive_prefix(workdir),
+                    )
+                except changes.ChangesUnavailable as exc:
+                    raise TaskInvalid("environment.workdir", f"{workdir}: {exc.reason}") from None
+            folder = tree.root
+        else:
+            folder.mkdir()
+        repo_url = repos.repository_from_folder(folder, slug)
+    commit = repos.resolve_ref(repo_url, "HEAD")
+    return {"repo_url": repo_url, "base_ref": "HEAD", "base_commit": commit}

@@ -23,7 +23,7 @@ import docker.errors
 import requests.exceptions
 from django.conf import settings
 
-from attempts.errors import DockerUnavailable, InfrastructureError, SandboxGone
+from attempts.errors import DockerUnavailable, ImageBuildFailed, InfrastructureError, SandboxGone
 from attempts.workspace import SANDBOX_UID
 
 log = logging.getLogger(__name__)
@@ -32,6 +32,9 @@ LABEL_ATTEMPT = "boltz.attempt"
 LABEL_HOST = "boltz.host"
 LABEL_INSTANCE = "boltz.instance"
 LABEL_ROLE = "boltz.role"
+# The init of a sandbox whose commands may run as root runs as this uid instead: a root
+# without capabilities cannot signal another uid's processes, so it cannot end its sandbox.
+INIT_UID = 65533
 # Seconds past a command's own timeout before the host steps in and kills every process.
 HOST_GRACE = 5.0
 
@@ -115,6 +118,74 @@ def import_image(tar_path: str, *, repository: str, tag: str, changes: list[str]
 
 
 @docker_call
+def image_config(name: str) -> dict | None:
+    """An image's user, working folder and environment (None if this host lacks it)."""
+    try:
+        config = client().api.inspect_image(name).get("Config") or {}
+    except docker.errors.ImageNotFound:
+        return None
+    pairs = (item.partition("=") for item in config.get("Env") or [])
+    return {
+        "user": config.get("User") or "",
+        "workdir": config.get("WorkingDir") or "",
+        "env": {key: value for key, _, value in pairs},
+    }
+
+
+@docker_call
+def build_image(
+    context: bytes, *, tag: str, labels: dict[str, str], on_line: Callable[[str], None]
+) -> None:
+    """Build an image from a gzipped tar build context (a Dockerfile at its top), with no
+    network and without pulling, streaming every line of the build to `on_line`. A build
+    that fails raises ImageBuildFailed with the reason."""
+    api = client().api
+    stream = api.build(
+        fileobj=io.BytesIO(context),
+        custom_context=True,
+        encoding="gzip",
+        tag=tag,
+        labels=labels,
+        rm=True,
+        forcerm=True,
+        pull=False,
+        network_mode="none",
+        decode=True,
+    )
+    for chunk in stream:
+        for line in str(chunk.get("stream") or chunk.get("status") or "").splitlines():
+            on_line(line)
+        if "error" in chunk or "errorDetail" in chunk:
+            detail = chunk.get("errorDetail") or {}
+            reason = str(chunk.get("error") or detail.get("message") or "the build failed")
+            on_line(reason)
+            raise ImageBuildFailed(reason.strip())
+    if not image_exists(tag):
+        raise ImageBuildFailed("the build ended without an image")
+
+
+@docker_call
+def image_folder_archive(image: str, path: str, out) -> bool:
+    """Write the tar of `path` as the image holds it to the file `out` (from a container
+    that is created and never started). False if the image has no such folder."""
+    api = client().api
+    labels = {LABEL_HOST: settings.BOLTZ_HOST, LABEL_INSTANCE: settings.BOLTZ_INSTANCE}
+    container = api.create_container(
+        image, command=["true"], network_disabled=True, labels={**labels, LABEL_ROLE: "snapshot"}
+    )["Id"]
+    try:
+        try:
+            stream, _stat = api.get_archive(container, path)
+        except docker.errors.NotFound:
+            return False
+        for chunk in stream:
+            out.write(chunk)
+        return True
+    finally:
+        remove_container(container)
+
+
+@docker_call
 def list_image_names() -> list[str]:
     return sorted(tag for image in client().images.list() for tag in image.tags)
 
@@ -193,6 +264,10 @@ class SandboxSpec:
     environment: dict[str, str] | None = None
     # "agent": the attempt's own sandbox; "check": the fresh container its check runs in.
     role: str = "agent"
+    workdir: str = "/workspace"
+    # Commands may run as root (the task says so): the init then runs as INIT_UID.
+    root_allowed: bool = False
+    capabilities: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -228,12 +303,14 @@ class Sandbox:
             hostname="sandbox",
             # The init and its `sleep` run as root (with no capabilities), every command as
             # the sandbox user: an agent cannot signal the init, so it cannot end its own
-            # sandbox and have that read as an infrastructure fault.
-            user="0:0",
-            working_dir="/workspace",
+            # sandbox and have that read as an infrastructure fault. Where commands may run
+            # as root, the init runs as a uid of its own, out of that root's reach.
+            user=f"{INIT_UID}:{INIT_UID}" if spec.root_allowed else "0:0",
+            working_dir=spec.workdir,
             environment=spec.environment or {},
             network_mode=settings.BOLTZ_SANDBOX_NETWORK if spec.network else "none",
             cap_drop=["ALL"],
+            cap_add=list(spec.capabilities) or None,
             security_opt=["no-new-privileges"],
             mem_limit=spec.memory_bytes,
             memswap_limit=spec.memory_bytes,

@@ -16,7 +16,9 @@ class Command(BaseCommand):
         failed = 0
         for directory in directories:
             try:
-                task, created = load_task_dir(directory)
+                task, created = load_task_dir(
+                    directory, build=True, progress=lambda line: self.stdout.write(f"  {line}")
+                )
             except TaskInvalid as exc:
                 failed += 1
                 self.stderr.write(f"{directory}: refused: {exc.field}: {exc.message}")

@@ -1,0 +1,8 @@
+#!/bin/bash
+# Harbor verifier: pytest over /tests, the reward to /logs/verifier/reward.txt.
+cd /app
+if python3 -m pytest -q -p no:cacheprovider /tests/test_outputs.py -rA; then
+  echo 1 > /logs/verifier/reward.txt
+else
+  echo 0 > /logs/verifier/reward.txt
+fi

@@ -1,0 +1,3 @@
+#!/bin/sh
+unit=$(sed -n 's/^unit=//p' /etc/tally.conf)
+echo "$# $unit"

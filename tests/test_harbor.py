@@ -1,0 +1,273 @@
+"""Harbor / Terminal-Bench task folders (written in Harbor's real format under tests/data) run
+as Harbor runs them: the image built from environment/Dockerfile with FROM mapped to the
+project's own sandbox image, the image's WORKDIR, users (root where the task's image says so,
+with no capabilities), /logs, /solution, /tests only for the check, env sections, and Harbor's
+reward rules. Real Docker, a real worker."""
+
+from __future__ import annotations
+
+import shutil
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.test import override_settings
+
+from attempts.models import Attempt, EventKind, Outcome, Task
+from attempts.services import attempt_create
+from attempts.validation import task_validate
+from tests.conftest import wait_finished, wait_until
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker]
+
+HARBOR = Path(__file__).parent / "data" / "harbor"
+DATASETS = Path(__file__).parent / "data" / "harbor-datasets"
+LOCAL_BASE = "*=boltz-sandbox:bookworm"
+
+
+def run_import(path, *args) -> str:
+    out = StringIO()
+    call_command("import_tasks", str(path), "--base-image", LOCAL_BASE, *args, stdout=out)
+    return out.getvalue()
+
+
+def refused(path, *args) -> str:
+    out = StringIO()
+    with pytest.raises(CommandError, match="nothing was imported"):
+        call_command("import_tasks", str(path), "--base-image", LOCAL_BASE, *args, stdout=out)
+    return out.getvalue()
+
+
+def run(task: Task, agent: str = "noop", command: str = "", timeout: float = 120) -> Attempt:
+    (attempt,) = wait_finished([attempt_create(task=task, agent=agent, command=command)], timeout)
+    return attempt
+
+
+def exec_ends(attempt: Attempt, step: str) -> list[dict]:
+    return [
+        e.data
+        for e in attempt.events.filter(kind=EventKind.EXEC).order_by("seq")
+        if e.data.get("phase") == "end" and e.data.get("step") == step
+    ]
+
+
+def test_a_dockerfile_task_is_built_once_from_a_mapped_base_and_keeps_harbor_layout(docker_ready):
+    out = run_import(HARBOR / "csv-sum")
+    assert "created csv-sum" in out
+    assert "base image mapped: FROM python:3.12-slim-bookworm -> boltz-sandbox:bookworm" in out
+    assert "ignored metadata.author_name: informational" in out
+    assert "ignored environment.storage" in out
+    task = Task.objects.get(slug="csv-sum")
+    assert task.image.startswith("boltz-task:") and task.build_context
+    assert (task.layout, task.workdir, task.agent_user, task.check_user) == (
+        "harbor",
+        "/app",
+        "root",
+        "root",
+    )
+    assert task.memory_bytes == 1024 * 1024**2 and task.check_command == "bash /tests/test.sh"
+    assert task.stage_env == {
+        "environment": {"REPORT_NAME": "sum.txt"},
+        "solution": {"SUM_COLUMN": "amount"},
+        "verifier": {"EXPECTED_COLUMN": "amount"},
+    }
+    # Same context, same tag: the second import builds nothing and keeps the same image.
+    again = run_import(HARBOR / "csv-sum")
+    assert "updated csv-sum" in again and "build:" not in again
+    assert Task.objects.get(slug="csv-sum").image == task.image
+
+
+def test_a_build_failure_refuses_the_task_with_the_builds_last_lines(docker_ready, tmp_path):
+    broken = tmp_path / "broken-build"
+    shutil.copytree(HARBOR / "csv-sum", broken)
+    dockerfile = broken / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + "RUN echo 'about to fail' && false\n")
+    out = refused(broken)
+    assert "refused" in out and "environment/Dockerfile: the image build failed" in out
+    assert "returned a non-zero code: 1" in out and "about to fail" in out
+    assert not Task.objects.filter(slug="broken-build").exists()
+
+
+@pytest.mark.worker
+def test_reference_passes_with_helper_and_env_and_noop_fails_in_app(worker, docker_ready):
+    run_import(HARBOR / "csv-sum")
+    task = Task.objects.get(slug="csv-sum")
+    reference, noop = wait_finished(
+        [attempt_create(task=task, agent="reference"), attempt_create(task=task, agent="noop")],
+        timeout=120,
+    )
+    check = reference.checks.get()
+    assert reference.outcome == Outcome.PASSED, (reference.failure_reason, check.output)
+    assert (check.source, check.score, check.reward) == ("reward_file", 1.0, {"reward": 1.0})
+    # The diff is the working folder's: sum.txt added, the image's numbers.csv untouched.
+    assert "b/sum.txt" in reference.diff and "+42" in reference.diff
+    assert "numbers.csv" not in reference.diff
+    # The solution ran as root, from /solution (its helper beside solve.sh), in /app.
+    (solution,) = exec_ends(reference, "agent")
+    assert solution["command"] == "bash /solution/solve.sh"
+    assert (solution["user"], solution["user_name"], solution["exit_code"]) == ("0:0", "root", 0)
+    (verifier,) = exec_ends(reference, "check")
+    assert (verifier["command"], verifier["user_name"]) == ("bash /tests/test.sh", "root")
+    assert noop.outcome == Outcome.FAILED and noop.score == 0.0
+    assert noop.checks.get().reward == {"reward": 0.0} and noop.diff == ""
+
+
+@pytest.mark.worker
+def test_an_agent_sees_no_tests_and_solution_and_cannot_plant_a_reward(worker, docker_ready):
+    run_import(HARBOR / "csv-sum")
+    task = Task.objects.get(slug="csv-sum")
+    attempt = run(
+        task,
+        "command",
+        "ls /tests /solution 2>&1; pwd; ls -d /logs/agent /logs/artifacts /logs/verifier; "
+        "echo 1 > /logs/verifier/reward.txt; mkdir -p /tests; "
+        "printf 'def pytest_configure(config):\\n    raise SystemExit(0)\\n' > /tests/conftest.py",
+    )
+    (agent,) = exec_ends(attempt, "agent")
+    assert agent["exit_code"] == 0
+    output = agent["stdout"]["head"]
+    assert "cannot access '/tests': No such file or directory" in output
+    assert "cannot access '/solution': No such file or directory" in output
+    assert "/app\n" in output and "/logs/verifier" in output
+    # The planted reward and the planted conftest are gone before the verifier runs.
+    assert attempt.outcome == Outcome.FAILED and attempt.score == 0.0
+    assert attempt.checks.get().reward == {"reward": 0.0}
+
+
+@pytest.mark.worker
+def test_root_solution_metrics_and_the_sandbox_rules_root_keeps(worker, docker_ready):
+    run_import(HARBOR / "system-tool")
+    task = Task.objects.get(slug="system-tool")
+    assert (task.workdir, task.agent_user, task.network) == ("/srv/project", "root", False)
+    reference = run(task, "reference")
+    check = reference.checks.get()
+    assert reference.outcome == Outcome.PASSED, (reference.failure_reason, check.output)
+    assert check.reward == {"reward": 1.0, "installed": 1, "configured": 1}
+    noop = run(task, "noop")
+    assert noop.outcome == Outcome.FAILED and noop.score == 0.0
+    assert noop.checks.get().reward == {"reward": 0.0, "installed": 0, "configured": 0}
+    # Half the job: the score is Harbor's reward, every metric kept.
+    half = run(
+        task,
+        "command",
+        "echo unit=items > /etc/tally.conf; id -u; grep -E '^(CapEff|NoNewPrivs)' "
+        "/proc/self/status; kill -TERM 1; echo kill=$?",
+    )
+    assert half.outcome == Outcome.FAILED and half.score == 0.5
+    assert half.checks.get().reward == {"reward": 0.5, "installed": 0, "configured": 1}
+    (agent,) = exec_ends(half, "agent")
+    output = agent["stdout"]["head"] + agent["stderr"]["head"]
+    # Root, yet no capability, no new privileges, and the init out of its reach.
+    assert output.startswith("0\n") and "CapEff:\t0000000000000000" in output
+    assert "NoNewPrivs:\t1" in output and "kill=1" in output
+
+
+@pytest.mark.worker
+def test_a_missing_reward_file_is_a_verifier_error_never_a_pass_or_a_zero(worker, docker_ready):
+    run_import(HARBOR / "no-reward")
+    task = Task.objects.get(slug="no-reward")
+    # No Dockerfile: the named image, its WORKDIR and its user.
+    assert (task.workdir, task.agent_user) == ("/workspace", "sandbox")
+    reference = run(task, "reference")
+    assert reference.outcome == Outcome.VERIFIER_ERROR and reference.score is None
+    assert "verifier error: no reward file" in reference.failure_reason
+    check = reference.checks.get()
+    assert check.verifier_error and check.exit_code == 0 and not check.passed
+
+
+@pytest.mark.worker
+def test_environment_failures_are_named_in_the_reason_and_the_validation(worker, docker_ready):
+    run_import(HARBOR / "system-tool")
+    task = Task.objects.get(slug="system-tool")
+    missing = run(task, "command", "tally-installer --everything")
+    assert missing.outcome == Outcome.FAILED
+    assert "the agent failed on the environment" in missing.failure_reason
+    assert "lacks a tool" in missing.failure_reason and "tally-installer" in missing.failure_reason
+    # A reference that needs the network this installation withholds: validation says so.
+    offline = run_import(HARBOR / "no-reward")
+    assert "created no-reward" in offline or "updated no-reward" in offline
+    task = Task.objects.get(slug="no-reward")
+    solve = (
+        "python3 -c \"import urllib.request; urllib.request.urlopen('http://example.com')\"\n"
+        "touch done.txt\n"
+    )
+    Task.objects.filter(pk=task.pk).update(
+        solution_files=_solution_tar(solve),
+        check_command="test -f done.txt && echo 1 > /logs/verifier/reward.txt "
+        "|| echo 0 > /logs/verifier/reward.txt",
+    )
+    task = task_validate(task=Task.objects.get(pk=task.pk), by="tests")
+    wait_until(
+        lambda: Task.objects.get(pk=task.pk).validation in ("valid", "invalid"), 120, "validation"
+    )
+    note = Task.objects.get(pk=task.pk).validation_note
+    assert "reference failed" in note and "the sandbox has no network" in note, note
+
+
+def _solution_tar(script: str) -> bytes:
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        folder = tarfile.TarInfo("solution")
+        folder.type, folder.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(folder)
+        data = f"#!/bin/bash\nset -e\n{script}".encode()
+        info = tarfile.TarInfo("solution/solve.sh")
+        info.size, info.mode = len(data), 0o755
+        tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def test_two_datasets_tasks_of_one_name_both_import(docker_ready):
+    first = run_import(DATASETS / "alpha" / "hello")
+    second = run_import(DATASETS / "beta" / "hello")
+    assert "created hello" in first and "created beta-hello" in second
+    assert run_import(DATASETS / "beta" / "hello").startswith("updated beta-hello")
+    assert Task.objects.get(slug="hello").instruction == "Write alpha to greeting.txt."
+    assert Task.objects.get(slug="beta-hello").instruction == "Write beta to greeting.txt."
+
+
+def test_network_is_refused_unless_the_installation_allows_networked_tasks(docker_ready, tmp_path):
+    online = tmp_path / "online"
+    shutil.copytree(HARBOR / "csv-sum", online)
+    toml = online / "task.toml"
+    toml.write_text(toml.read_text().replace("allow_internet = false\n", ""))
+    out = refused(online)
+    assert "environment.network_mode: Harbor gives this task public network" in out
+    assert "BOLTZ_ALLOW_NETWORK_TASKS=1" in out
+    with override_settings(BOLTZ_ALLOW_NETWORK_TASKS=True):
+        assert "created online" in run_import(online)
+    assert Task.objects.get(slug="online").network is True
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (
+            lambda d: (d / "environment" / "docker-compose.yaml").write_text("services: {}\n"),
+            "docker-compose.yaml",
+        ),
+        (lambda d: _append(d, "\n[environment.healthcheck]\ncommand = 'true'\n"), "healthcheck"),
+        (lambda d: _set_env(d, "gpus = 1"), "gpus"),
+        (lambda d: _append(d, "\n[[steps]]\nname = 'one'\n"), "steps"),
+    ],
+)
+def test_unsupported_harbor_features_are_refused_naming_the_key(change, field, tmp_path):
+    task = tmp_path / "unsupported"
+    shutil.copytree(HARBOR / "csv-sum", task)
+    change(task)
+    out = refused(task)
+    assert "refused" in out and field in out
+
+
+def _append(folder: Path, text: str) -> None:
+    toml = folder / "task.toml"
+    toml.write_text(toml.read_text() + text)
+
+
+def _set_env(folder: Path, line: str) -> None:
+    toml = folder / "task.toml"
+    toml.write_text(toml.read_text().replace("[environment]\n", f"[environment]\n{line}\n"))
