@@ -125,6 +125,8 @@ class CheckOut(Schema):
     mode: str
     summary: str
     problem: str
+    verifier_error: bool = False
+    reward: dict | None = None
     exit_code: int | None
     timed_out: bool
     duration: float

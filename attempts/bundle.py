@@ -34,8 +34,9 @@ workspace.tar.gz  every file of the checked tree: the base's files with changes.
                   not in it; links that point outside it are left out, see attempt.json
                   workspace.omitted){workspace_note}
 
-Infrastructure errors (outcome "infra_error") say nothing about the agent: leave them out
-of scores. A score of null is no score (never 0): the check gave none.
+Infrastructure errors (outcome "infra_error") and verifier errors (outcome "verifier_error":
+the task's own verifier broke, e.g. wrote no reward file) say nothing about the agent: leave
+them out of scores. A score of null is no score (never 0): the check gave none.
 """
 
 
@@ -55,6 +56,7 @@ def attempt_record(attempt: Attempt) -> dict:
         "status": attempt.status,
         "outcome": attempt.outcome,
         "infrastructure_error": attempt.outcome == Outcome.INFRA_ERROR,
+        "verifier_error": attempt.outcome == Outcome.VERIFIER_ERROR,
         "failure_reason": attempt.failure_reason,
         "score": attempt.score,
         "host": attempt.host,
@@ -127,6 +129,7 @@ def check_record(check: CheckResult) -> dict:
         "mode": check.mode,
         "summary": check.summary,
         "problem": check.problem,
+        "verifier_error": check.verifier_error,
         "ignored_reward_files": check.ignored_reward_files,
         "exit_code": check.exit_code,
         "timed_out": check.timed_out,

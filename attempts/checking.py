@@ -280,7 +280,17 @@ class Check:
                 )
             )
             reports = harbor_layout.VERIFIER_LOGS
+            tools, suspect = harbor_layout.touched_tools(session.changed_paths())
+            if tools or suspect:
+                self.timeline.add(
+                    EventKind.ERROR,
+                    actor="agent",
+                    message=f"the agent changed {len(tools) + len(suspect)} file(s) the "
+                    f"verifier runs with: {', '.join([*tools, *suspect][:5])}",
+                    verifier_tools=[*tools, *suspect][:200],
+                )
         else:
+            tools = suspect = []
             made = [folders.reports, folders.witness]
             if mode == "in_place":
                 made.append(folders.home)
@@ -340,6 +350,14 @@ class Check:
             rules=task.reward_rules,
         )
         score.notes.extend(notes)
+        if tools:  # the verifier ran with tools the agent changed: its reward says nothing
+            score.problem = (
+                f"the agent changed what the verifier runs with ({', '.join(tools[:3])}), so "
+                "its reward cannot be trusted"
+            )
+            score.passed, score.error, score.summary = False, "", score.problem
+            score.score = 0.0
+        score.verifier_tools = [*tools, *suspect]
         if ooms is not None and after is not None and after > ooms and not score.passed:
             limit = memory_text(task.memory_bytes)
             score.summary = f"the check was killed: out of memory ({limit} limit); {score.summary}"
@@ -383,7 +401,7 @@ class Check:
                 for t in score.tests
             )
             flipped = mark_flaky(result) if requested_by else []
-            if score.ignored_reward_files:
+            if score.ignored_reward_files or score.verifier_tools:
                 tamper = dict(
                     Attempt.objects.filter(pk=self.attempt.pk)
                     .values_list("tamper", flat=True)
@@ -392,6 +410,8 @@ class Check:
                 )
                 seen = tamper.get("reward_files", [])
                 tamper["reward_files"] = sorted({*seen, *score.ignored_reward_files})
+                if score.verifier_tools:
+                    tamper["verifier_tools"] = score.verifier_tools[:200]
                 update_attempt(self.attempt, tamper=tamper)
         self.timeline.add(
             EventKind.CHECK,

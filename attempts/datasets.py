@@ -36,7 +36,7 @@ SHELL_TOOL = {
     },
 }
 # Outcomes that carry no signal about the agent: masked, never a reward of 0.
-MASKED_OUTCOMES = (Outcome.INFRA_ERROR, Outcome.CANCELLED, "")
+MASKED_OUTCOMES = (Outcome.INFRA_ERROR, Outcome.VERIFIER_ERROR, Outcome.CANCELLED, "")
 
 
 def select_attempts(

@@ -43,6 +43,53 @@ exit 0
 """
 
 
+# What Harbor's verifier runs with, in the agent's own container: an agent (root, in most
+# Harbor tasks) that changes one of these could make the verifier report anything. Harbor
+# cannot tell; Boltz reads Docker's list of the container's changes, and a reward given after
+# such a change is not trusted (the check fails, saying why).
+VERIFIER_TOOLS = (
+    "/bin/sh",
+    "/bin/bash",
+    "/bin/dash",
+    "/usr/bin/sh",
+    "/usr/bin/bash",
+    "/usr/bin/dash",
+    "/usr/bin/env",
+    "/usr/bin/python*",
+    "/usr/local/bin/python*",
+    "/usr/bin/pytest*",
+    "/usr/local/bin/pytest*",
+    "/usr/local/bin/bash",
+    "/usr/local/bin/sh",
+    "/etc/ld.so.preload",
+    "/etc/bash.bashrc",
+    "*/_pytest/*",
+    "*/pytest/*",
+    "*/pluggy/*",
+    "*/sitecustomize.py",
+    "*/usercustomize.py",
+)
+# Changed by ordinary package installs too (a .pth file runs code at Python's start-up):
+# reported for the reviewer, never failing the check.
+SUSPECT = ("*/site-packages/*.pth", "*/dist-packages/*.pth")
+
+
+def touched_tools(changed: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
+    """Among the container's changed paths, as "path (how)": the verifier's tools, and the
+    suspect ones (reported only)."""
+    from fnmatch import fnmatchcase
+
+    def matching(patterns) -> list[str]:
+        return [
+            f"{path} ({how})"
+            for path, how in changed
+            if not path.startswith(("/tmp/", "/logs/", "/solution/", "/tests/"))
+            and any(fnmatchcase(path, pattern) for pattern in patterns)
+        ]
+
+    return matching(VERIFIER_TOOLS), matching(SUSPECT)
+
+
 def ids(user: str | None) -> tuple[int, int]:
     """(uid, gid) of `uid:gid` (None: the sandbox user)."""
     from .workspace import SANDBOX_UID

@@ -169,6 +169,11 @@ class Task(models.Model):
         return self.image or settings.BOLTZ_DEFAULT_IMAGE
 
     @property
+    def stage_env_names(self) -> list[tuple[str, list[str]]]:
+        """(stage, the names it sets) for pages: a value is never shown."""
+        return [(stage, sorted(names)) for stage, names in (self.stage_env or {}).items() if names]
+
+    @property
     def has_reference(self) -> bool:
         """A reference solution: a patch, a script, or a Harbor task's solution/ folder."""
         return bool(
@@ -375,7 +380,11 @@ class Attempt(models.Model):
 
     @property
     def tampered(self) -> bool:
-        return bool(self.tamper.get("protected") or self.tamper.get("reward_files"))
+        return bool(
+            self.tamper.get("protected")
+            or self.tamper.get("reward_files")
+            or self.tamper.get("verifier_tools")
+        )
 
 
 class EventKind(models.TextChoices):

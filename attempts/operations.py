@@ -410,6 +410,7 @@ def _step(
     session.timeline.expect(seq)
     observation: dict = {}
     reward, terminated, truncated = 0.0, False, False
+    masked: dict = {"masked": False}
     left = episode_deadline - time.time()
     if left <= 0:
         observation["error"] = "the episode's time ran out before this step"
@@ -432,6 +433,10 @@ def _step(
             else:
                 observation["check"] = check_record(result)
                 reward, terminated = result.as_reward, True
+                if result.verifier_error:  # the task's verifier broke: no reward, never 0
+                    masked = {"masked": True, "failure_kind": "verifier_error"}
+                    masked["error"] = result.summary
+                    reward = None
     if not terminated and (step_number >= max_steps or time.time() >= episode_deadline):
         truncated = True
     if terminated or truncated:
@@ -444,7 +449,7 @@ def _step(
         "truncated": truncated,
         "info": {
             "episode": attempt.pk,
-            "masked": False,
+            **masked,
             "duration": round(time.monotonic() - began, 3),
         },
     }

@@ -197,7 +197,11 @@ def pool_reset(pool: Pool, indices: list[int] | None, *, wait: float) -> list[di
             observation = {}
         else:
             info["queued_seconds"] = round((got.started_at - got.created_at).total_seconds(), 3)
-            observation = {"task": task.slug, "instruction": task.instruction, "cwd": "/workspace"}
+            observation = {
+                "task": task.slug,
+                "instruction": task.instruction,
+                "cwd": task.workdir or "/workspace",
+            }
         results.append({"index": i, "observation": observation, "info": info})
     return results
 

@@ -468,6 +468,8 @@ def classify(entry: dict) -> tuple[str, str]:
         return "running", attempt["status"]
     if attempt["outcome"] == Outcome.INFRA_ERROR:
         return "error", f"infrastructure error: {attempt['failure_reason']}"
+    if attempt["outcome"] == Outcome.VERIFIER_ERROR:
+        return "error", attempt["failure_reason"]
     if attempt["outcome"] == Outcome.CANCELLED:
         return "error", attempt["failure_reason"] or "cancelled"
     if attempt["applied"] is False:

@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
+from .models import Outcome
 from .timeline import exec_verdict
 
 # Output longer than this many lines shows its last lines, the earlier ones folded above them.
@@ -165,7 +166,9 @@ def _command_head(data: dict, *, system: bool) -> str:
     if system and step in SYSTEM_STEPS:
         return f'<span class="words">{SYSTEM_STEPS[step]}:</span> <code>{escape(command)}</code>'
     label = '<span class="words">Check:</span> ' if step == "check" else ""
-    return f'{label}<code class="cmd">$ {escape(command)}</code>'
+    who = data.get("user_name") or data.get("user")
+    ran_as = f' <span class="as muted">as {escape(who)}</span>' if who else ""
+    return f'{label}<code class="cmd">$ {escape(command)}</code>{ran_as}'
 
 
 def _exec_system(data: dict, end: dict | None) -> bool:
@@ -307,7 +310,7 @@ def _event_row(attempt_id: int, event, start) -> Row:
     # lifecycle
     if data.get("outcome"):
         outcome = data["outcome"]
-        label = {"infra_error": "infrastructure error", "agent_timeout": "agent timeout"}
+        label = dict(Outcome.choices)
         body = (
             f'<span class="badge outcome-{escape(outcome)}">'
             f"{escape(label.get(outcome, outcome))}</span> "
@@ -319,7 +322,10 @@ def _event_row(attempt_id: int, event, start) -> Row:
     if event.actor == "reviewer":
         body = f'<span class="badge">reviewer</span> {escape(words)}'
         return Row(_li(event, body, start=start))
-    return Row(_li(event, escape(words), start=start), system=system, words=words)
+    body = escape(words)
+    if data.get("progress"):  # a build under way: its latest line
+        body += f' <code class="progress">{escape(data["progress"])}</code>'
+    return Row(_li(event, body, start=start), system=system, words=words)
 
 
 def _stage_of(event) -> str | None:
@@ -497,6 +503,8 @@ def _meaning(attempt, check) -> str:
         return f"Not finished yet: {attempt.get_status_display().lower()}."
     if outcome == "infra_error":
         return f"Infrastructure error: {reason or 'no reason recorded'}."
+    if outcome == "verifier_error":
+        return _cap(reason or "the task's verifier failed") + "."
     if outcome == "cancelled":
         return f"Cancelled: {reason or 'no reason recorded'}."
     if outcome == "agent_timeout":
@@ -521,7 +529,7 @@ def verdict_summary(attempt, check, *, diff: str | None = None) -> Verdict:
         instruction_rest="\n".join(lines[INSTRUCTION_LINES:]),
         check_command=attempt.task.check_command,
         meaning=_meaning(attempt, check),
-        counts=attempt.outcome not in ("infra_error", "cancelled"),
+        counts=attempt.outcome not in ("infra_error", "verifier_error", "cancelled"),
     )
     if check is not None:
         failing = [t for t in check.tests.all() if t.outcome in ("failed", "error")]

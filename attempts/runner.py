@@ -41,12 +41,13 @@ from .models import (
     Actor,
     Attempt,
     CheckResult,
+    Event,
     EventKind,
     Outcome,
     SandboxState,
     Status,
 )
-from .sandbox.runtime import Sandbox, SandboxSpec, remove_attempt_containers
+from .sandbox.runtime import Sandbox, SandboxSpec, image_exists, remove_attempt_containers
 from .session import CommandRun, SandboxSession, files_tar, update_attempt
 from .storage import delete_tree
 from .timeline import Timeline
@@ -142,15 +143,34 @@ class AttemptRunner:
 
     # --- stages ------------------------------------------------------------------------------
     def build_image(self) -> None:
-        """The task's image, built from its Dockerfile when this host has none yet."""
+        """The task's image, built from its Dockerfile when this host has none yet; the
+        build's latest line shows on the attempt's page while it runs."""
         task = self.task
-        if task_images.ensure_task_image(task):
-            self.timeline.add(
-                EventKind.LIFECYCLE,
-                status=Status.STARTING,
-                message=f"built the task's image {task.image_name} from its Dockerfile on "
-                f"{settings.BOLTZ_HOST} (the build log is on the task's page)",
-            )
+        if not task.build_context or image_exists(task.image_name):
+            return
+        progress = self.timeline.add(
+            EventKind.LIFECYCLE,
+            status=Status.STARTING,
+            message=f"building the task's image {task.image_name} from its Dockerfile on "
+            f"{settings.BOLTZ_HOST} (its first use on this host)",
+        )
+        clock = {"at": 0.0}
+
+        def on_line(line: str) -> None:  # the progress line: at most twice a second
+            if time.monotonic() - clock["at"] >= 0.5:
+                clock["at"] = time.monotonic()
+                Event.objects.filter(pk=progress.pk).update(
+                    data={**progress.data, "progress": line[:300]}
+                )
+
+        task_images.ensure_task_image(task, progress=on_line)
+        Event.objects.filter(pk=progress.pk).update(data=progress.data)
+        self.timeline.add(
+            EventKind.LIFECYCLE,
+            status=Status.STARTING,
+            message=f"built the task's image {task.image_name} from its Dockerfile on "
+            f"{settings.BOLTZ_HOST} (the build log is on the task's page)",
+        )
 
     def start(self) -> None:
         task = self.task
@@ -419,7 +439,17 @@ def verdict_of(task, result: CheckResult) -> tuple[str, str]:
         return Outcome.FAILED, f"the check ran past its {task.check_timeout:g}s limit"
     if result.problem or result.summary.startswith(_CHECK_FAULTS):
         return Outcome.FAILED, result.summary
-    return Outcome.FAILED, diagnosis.explain("the check", result.output)
+    return Outcome.FAILED, check_cause(result.output)
+
+
+def check_cause(output: str) -> str:
+    """The environment cause of a failed check, in words, or "". A Python module missing
+    under the check is most often the agent's own code (a module it broke or removed), so
+    only pytest itself missing is said to be the environment's."""
+    cause = diagnosis.explain("the check", output)
+    if diagnosis.MISSING_MODULE in cause and "pytest" not in cause:
+        return ""
+    return cause
 
 
 def claim(attempt_id: int, *, host: str) -> bool:

@@ -353,7 +353,10 @@ def sandbox_exec(
             "invalid",
             f"max_output: give bytes up to {settings.BOLTZ_MAX_FILE_BYTES} (BOLTZ_MAX_FILE_BYTES)",
         )
-    user = exec_user(user)
+    user = exec_user(
+        user,
+        allow_root=lambda: Task.objects.filter(attempts=attempt.pk, allow_root=True).exists(),
+    )
     if isinstance(command, list) and not command or command == "":
         raise ApiError(400, "invalid", "command: give a shell command or a non-empty argv")
     timeout = float(timeout or 600.0)
@@ -420,15 +423,16 @@ def whole_output(answer: dict, max_output: int | None) -> dict:
 USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\$?")
 
 
-def exec_user(user: str | None) -> str:
-    """Who a command runs as: "" for the sandbox user, else a user name or uid the worker
-    looks up in the sandbox. Root never: the sandbox rules keep every command unprivileged."""
+def exec_user(user: str | None, *, allow_root=lambda: False) -> str:
+    """Who a command runs as: "" for the task's agent user (the sandbox user), else a user
+    name or uid the worker looks up in the sandbox. Root only where the task allows it (a
+    Harbor task whose image runs as root; `allow_root()` says), and never with capabilities."""
     user = (user or "").strip()
     if user in ("", "sandbox", str(SANDBOX_UID)):
         return ""
     if not USER_NAME.fullmatch(user):
         raise ApiError(400, "invalid", "user: give a user name or a uid (no group)")
-    if user in ("root", "0"):
+    if user in ("root", "0") and not allow_root():
         raise ApiError(
             400,
             "user_not_allowed",

@@ -33,6 +33,7 @@ class Score:
     problem: str = ""  # why the check's own results cannot be trusted, if so
     ignored_reward_files: list[str] = field(default_factory=list)
     error: str = ""  # harbor rules: why the verifier produced no reward (a verifier error)
+    verifier_tools: list[str] = field(default_factory=list)  # changed by the agent (Harbor)
 
     @property
     def tests_passed(self) -> int:

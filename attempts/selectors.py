@@ -192,7 +192,8 @@ def test_grid(attempts: list[Attempt]) -> dict:
 
 
 PLOT = {"width": 640, "label": 150, "right": 24, "row": 34, "top": 24, "bottom": 40}
-PLOT_MARKS = ("passed", "failed", "agent_timeout", "infra_error", "cancelled")  # _plot_marks.html
+# One mark each in _plot_marks.html.
+PLOT_MARKS = ("passed", "failed", "agent_timeout", "infra_error", "verifier_error", "cancelled")
 PLOT_MAX_ROWS = 10  # agents drawn, most attempts first; the table lists every one
 
 

@@ -367,6 +367,9 @@ class SandboxSession:
     def image_environment(self) -> dict[str, str]:
         return self.sandbox.image_environment()
 
+    def changed_paths(self) -> list[tuple[str, str]]:
+        return self.sandbox.changed_paths()
+
     def stop(self) -> None:
         """Stop and keep the sandbox for review (SandboxGone if it no longer exists)."""
         self.sandbox.stop()

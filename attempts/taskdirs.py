@@ -210,7 +210,6 @@ def read_task_dir(directory: Path, **options) -> dict:
         "reward_file": reward_file,
         "reward_rules": reward_rules,
         "build_context": built.get("build_context", b""),
-        "build_log": built.get("build_log", ""),
         "check_files": check_files,
         "check_file_paths": check_paths,
         "reference_patch": reference,
@@ -223,6 +222,8 @@ def read_task_dir(directory: Path, **options) -> dict:
         "network": _limit(limits, "network", _parse_bool, False),
         "source_dir": str(directory),
     }
+    if built.get("build_log") or not built:  # a log of a build now; none for a named image
+        values["build_log"] = built.get("build_log", "")
     if reference:
         check_reference_applies(values["repo_url"], values["base_commit"], reference)
     return values

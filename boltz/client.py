@@ -336,7 +336,8 @@ class Sandbox(SandboxBase):
 
 
 class Files:
-    """The files of a sandbox (`sandbox.files`). Relative paths are inside /workspace."""
+    """The files of a sandbox (`sandbox.files`). Relative paths are inside the task's working
+    folder (/workspace, or a Harbor task's WORKDIR)."""
 
     def __init__(self, sandbox: Sandbox) -> None:
         self._sandbox = sandbox

@@ -11,9 +11,9 @@ train on Boltz tasks unchanged: `BoltzEnv` is one environment (a pool of one), a
         ...
         observation, reward, terminated, truncated, info = env.step("submit")  # the check
 
-Both spaces are `Text`. An action is a shell command run in /workspace; the exact text
-`submit_action` ("submit") submits instead: the task's check runs, its score is the reward and
-the episode terminates. An observation is the step rendered as text (`Observation.text`).
+Both spaces are `Text`. An action is a shell command run in the task's working folder; the
+exact text `submit_action` ("submit") submits instead: the task's check runs, its score is the
+reward and the episode terminates. An observation is the step rendered as text (`Observation.text`).
 
 Masked steps: when the infrastructure fails (the sandbox died, its host went quiet, no answer
 in time, no room to start) the step is no transition of the task: its reward is NaN, never 0;

@@ -26,8 +26,9 @@ left open (`inspect sandbox cleanup boltz ID` one of them).
 
 How Inspect's contract maps: `exec` runs argv in /workspace (the per-sample folder) as the
 sandbox user, with `input` (text or bytes), `cwd`, `env` and `user` (any non-root user of the
-image; `user="root"` raises `SandboxUserUnsupportedError`, as Boltz never runs commands as
-root). A `timeout` kills the command's whole process group and raises `TimeoutError`. Output
+image; `user="root"` raises `SandboxUserUnsupportedError`, as Boltz runs no command as root
+unless the task allows it, as Harbor tasks whose image runs as root do). A `timeout` kills
+the command's whole process group and raises `TimeoutError`. Output
 over Inspect's limit (`INSPECT_SANDBOX_MAX_EXEC_OUTPUT_SIZE`, 10 MiB) raises
 `OutputLimitExceededError` with the output's tail. `read_file` / `write_file` raise
 `FileNotFoundError`, `IsADirectoryError`, `PermissionError`, `UnicodeDecodeError` and

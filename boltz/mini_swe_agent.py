@@ -92,8 +92,9 @@ class BoltzEnvironmentConfig(BaseModel):
     """What drives the sandbox, as its attempt page shows it."""
     labels: dict[str, str] = {}
     """Labels of the sandbox, to find it again (`client.sandboxes(labels=...)`)."""
-    cwd: str = "/workspace"
-    """Working directory of the commands (the task's repository)."""
+    cwd: str = ""
+    """Working directory of the commands; empty: the task's working folder (/workspace, or
+    a Harbor task's WORKDIR)."""
     env: dict[str, str] = {}
     """Environment variables of every command."""
     forward_env: list[str] = []

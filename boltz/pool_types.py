@@ -15,11 +15,11 @@ __all__ = ["Action", "EnvInfo", "GroupStats", "Observation", "PoolInfo", "StepRe
 @dataclass(frozen=True)
 class Action:
     """What one environment does in one step. Its parts run in this order: `write` files
-    (path -> text, relative paths inside /workspace), apply `patch` (a unified diff, with
-    `git apply`), `run` a command (a shell string or an argv list, at most `timeout` seconds),
-    then `submit` (run the task's check: its score is the reward and the episode terminates).
-    A write that is refused or a patch that does not apply stops the action there; that, a
-    non-zero exit and a timeout are ordinary observations."""
+    (path -> text, relative paths inside the task's working folder), apply `patch` (a unified
+    diff, with `git apply`), `run` a command (a shell string or an argv list, at most `timeout`
+    seconds), then `submit` (run the task's check: its score is the reward and the episode
+    terminates). A write that is refused or a patch that does not apply stops the action there;
+    that, a non-zero exit and a timeout are ordinary observations."""
 
     run: str | Sequence[str] | None = None
     write: Mapping[str, str] | None = None

@@ -81,6 +81,8 @@ class CheckResult:
     mode: str = ""
     summary: str = ""
     problem: str = ""
+    verifier_error: bool = False
+    reward: dict[str, Any] | None = None
     exit_code: int | None = None
     timed_out: bool = False
     duration: float | None = None

@@ -39,6 +39,17 @@ def refused(path, *args) -> str:
     return out.getvalue()
 
 
+def forget_image(folder: Path) -> None:
+    """Remove the image a task folder's Dockerfile builds, so this test builds it."""
+    from attempts import task_images
+    from attempts.sandbox import runtime
+
+    context, _ = task_images.pack_context(folder, mapping=task_images.parse_mapping(LOCAL_BASE))
+    tag = task_images.context_tag(context)
+    if runtime.image_exists(tag):
+        runtime.client().images.remove(tag, force=True)
+
+
 def run(task: Task, agent: str = "noop", command: str = "", timeout: float = 120) -> Attempt:
     (attempt,) = wait_finished([attempt_create(task=task, agent=agent, command=command)], timeout)
     return attempt
@@ -53,13 +64,15 @@ def exec_ends(attempt: Attempt, step: str) -> list[dict]:
 
 
 def test_a_dockerfile_task_is_built_once_from_a_mapped_base_and_keeps_harbor_layout(docker_ready):
+    forget_image(HARBOR / "csv-sum" / "environment")
     out = run_import(HARBOR / "csv-sum")
-    assert "created csv-sum" in out
+    assert "created csv-sum" in out and "  build: Step 1/5 : FROM boltz-sandbox:bookworm" in out
     assert "base image mapped: FROM python:3.12-slim-bookworm -> boltz-sandbox:bookworm" in out
     assert "ignored metadata.author_name: informational" in out
     assert "ignored environment.storage" in out
     task = Task.objects.get(slug="csv-sum")
     assert task.image.startswith("boltz-task:") and task.build_context
+    assert "Successfully tagged " + task.image in task.build_log
     assert (task.layout, task.workdir, task.agent_user, task.check_user) == (
         "harbor",
         "/app",
@@ -76,6 +89,7 @@ def test_a_dockerfile_task_is_built_once_from_a_mapped_base_and_keeps_harbor_lay
     again = run_import(HARBOR / "csv-sum")
     assert "updated csv-sum" in again and "build:" not in again
     assert Task.objects.get(slug="csv-sum").image == task.image
+    assert Task.objects.get(slug="csv-sum").build_log == task.build_log  # the last build's
 
 
 def test_a_build_failure_refuses_the_task_with_the_builds_last_lines(docker_ready, tmp_path):
@@ -271,3 +285,71 @@ def _append(folder: Path, text: str) -> None:
 def _set_env(folder: Path, line: str) -> None:
     toml = folder / "task.toml"
     toml.write_text(toml.read_text().replace("[environment]\n", f"[environment]\n{line}\n"))
+
+
+@pytest.mark.worker
+def test_an_api_sandbox_on_a_harbor_task_works_in_its_folder_as_its_user(web, worker, docker_ready):
+    from tests.conftest import sdk_client
+
+    run_import(HARBOR / "csv-sum")
+    with sdk_client(web, "harbor-api") as client:
+        sandbox = client.sandbox(task="csv-sum")
+        try:
+            where = sandbox.exec("pwd; id -u; echo $REPORT_NAME")
+            assert where.stdout == "/app\n0\nsum.txt\n"
+            sandbox.files.write("sum.txt", b"42\n")
+            assert sandbox.files.read("/app/sum.txt") == b"42\n"
+            assert "sum.txt" in [e.name for e in sandbox.files.list(".")]
+            check = sandbox.check()
+            assert check.passed and check.reward == {"reward": 1.0} and not check.verifier_error
+            assert "b/sum.txt" in sandbox.diff().patch
+        finally:
+            sandbox.close()
+    page = Attempt.objects.get(pk=sandbox.id)
+    assert page.task.slug == "csv-sum"
+
+
+@pytest.mark.worker
+def test_the_attempt_page_shows_who_each_stage_ran_as(worker, docker_ready, admin_client):
+    run_import(HARBOR / "csv-sum")
+    reference = run(Task.objects.get(slug="csv-sum"), "reference")
+    html = admin_client.get(reference.get_absolute_url()).content.decode()
+    assert '$ bash /solution/solve.sh</code> <span class="as muted">as root</span>' in html
+    assert '$ bash /tests/test.sh</code> <span class="as muted">as root</span>' in html
+    task_page = admin_client.get(reference.task.get_absolute_url()).content.decode()
+    assert "<code>REPORT_NAME</code>" in task_page and "<code>EXPECTED_COLUMN</code>" in task_page
+    assert "sum.txt" not in task_page.split("Environment", 1)[1].split("</dd>", 1)[0]
+    assert "built from the task's Dockerfile" in task_page
+
+
+@pytest.mark.worker
+def test_an_agent_that_swaps_the_verifiers_python_is_not_rewarded(worker, docker_ready):
+    """Harbor runs its verifier in the agent's container: a root agent could put a python3
+    that always succeeds ahead on PATH. Docker's list of the container's changes shows it."""
+    run_import(HARBOR / "csv-sum")
+    task = Task.objects.get(slug="csv-sum")
+    attempt = run(
+        task,
+        "command",
+        "printf '#!/bin/sh\\nexit 0\\n' > /usr/local/bin/python3 && chmod 755 /usr/local/bin/python3",
+    )
+    assert attempt.outcome == Outcome.FAILED and attempt.score == 0.0
+    assert "changed what the verifier runs with (/usr/local/bin/python3 (added))" in (
+        attempt.failure_reason
+    )
+    assert attempt.tamper["verifier_tools"] == ["/usr/local/bin/python3 (added)"]
+
+
+def test_image_overrides_a_harbor_tasks_dockerfile(docker_ready):
+    out = StringIO()
+    call_command(
+        "import_tasks", str(HARBOR / "system-tool"), "--image", "boltz-sandbox:bookworm", stdout=out
+    )
+    assert "image: boltz-sandbox:bookworm (--image), in place of the task's own" in out.getvalue()
+    task = Task.objects.get(slug="system-tool")
+    assert (task.image, task.build_context, task.workdir) == (
+        "boltz-sandbox:bookworm",
+        b"",
+        "/workspace",
+    )
+    assert task.agent_user == "sandbox" and "build:" not in out.getvalue()

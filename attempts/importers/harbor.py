@@ -124,7 +124,6 @@ def task_values(
         "allow_root": True,
         "source_dir": f"harbor:{path.resolve()}",
         "build_context": b"",
-        "build_log": "",
     }
     values.update(_environment(path, spec, slug, image, build, base_images, progress, notes))
     return values
@@ -147,6 +146,7 @@ def _environment(path, spec: HarborSpec, slug, image, build, base_images, progre
     if image or spec.docker_image:
         name = image or spec.docker_image
         require_image(name, field="--image" if image else "environment.docker_image")
+        values["build_log"] = ""
         if image:
             notes.append(f"image: {image} (--image), in place of the task's own")
     else:
@@ -158,7 +158,9 @@ def _environment(path, spec: HarborSpec, slug, image, build, base_images, progre
         except task_images.ImageBuildFailed as exc:
             raise TaskInvalid("environment/Dockerfile", task_images.failure_text(exc)) from None
         notes.append(f"image: {name} (built from environment/Dockerfile)")
-        values.update(build_context=context, build_log=log)
+        values["build_context"] = context
+        if log:  # built now; else the host had it, and the task keeps its last build's log
+            values["build_log"] = log
     config = runtime.image_config(name) or {}
     workdir = spec.workdir or config.get("workdir") or ""
     if workdir.rstrip("/") in ("", "/"):

@@ -364,6 +364,16 @@ class Sandbox:
         found = _OOM_KILL.search(output)
         return int(found.group(1)) if found else None
 
+    @docker_call
+    def changed_paths(self) -> list[tuple[str, str]]:
+        """What differs from the image in the container's file system: (path, "added" /
+        "changed" / "deleted"), read by Docker, not by anything in the sandbox."""
+        kinds = {0: "changed", 1: "added", 2: "deleted"}
+        return [
+            (item["Path"], kinds.get(item.get("Kind"), "changed"))
+            for item in client().api.diff(self.id) or []
+        ]
+
     def image_environment(self) -> dict[str, str]:
         """The environment the container was made with (its image's ENV and Boltz's own)."""
         info = inspect_container(self.id)
