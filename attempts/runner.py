@@ -191,29 +191,28 @@ class AttemptRunner:
             base_commit=task.base_commit,
         )
         self._stop_if_asked()
-        if task.layout == "harbor":
+        if task.layout == "harbor":  # the image holds the working folder's files
             harbor_layout.prepare(session)
-            session.start()
-            self.timeline.add(
-                EventKind.LIFECYCLE,
-                status=Status.STARTING,
-                container=session.sandbox.id[:12],
-                message=f"sandbox started from {task.image_name}: the agent works in "
-                f"{session.workdir} as {task.agent_user or 'the sandbox user'}, with /logs; "
-                "the tests arrive at /tests only for the check",
+            message = (
+                f"sandbox started from {task.image_name}: the agent works in {session.workdir} "
+                f"as {task.agent_user or 'the sandbox user'}, with /logs; the tests arrive at "
+                "/tests only for the check"
             )
         else:
             archive = self.trees.workspace_archive()
             with archive.open("rb") as handle:
                 session.put_archive(handle)
-            session.start()
-            self.timeline.add(
-                EventKind.LIFECYCLE,
-                status=Status.STARTING,
-                container=session.sandbox.id[:12],
-                message=f"sandbox started with {task.repo_url} at {task.base_commit[:12]} in "
-                f"/workspace ({archive.stat().st_size} bytes; history up to the base only)",
+            message = (
+                f"sandbox started with {task.repo_url} at {task.base_commit[:12]} in "
+                f"/workspace ({archive.stat().st_size} bytes; history up to the base only)"
             )
+        session.start()
+        self.timeline.add(
+            EventKind.LIFECYCLE,
+            status=Status.STARTING,
+            container=session.sandbox.id[:12],
+            message=message,
+        )
         if task.setup_command.strip():
             run = session.exec("setup", task.setup_command, timeout=task.setup_timeout)
             if run.result.timed_out or run.result.exit_code != 0:
