@@ -3,19 +3,28 @@ attempts and the audit log. Every write goes through the same services as the pa
 
 from __future__ import annotations
 
+import io
 import json
+import re
 
 from django import forms
 from django.contrib import admin, messages
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.db.models import Count
-from django.http import StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from .datasets import FORMATS, export_lines, select_attempts
+from .datasets import (
+    CHOICES,
+    PARQUET,
+    ExportSpec,
+    export_lines,
+    select_attempts,
+    write_export,
+)
 from .deletion import attempt_delete, record_audit, task_delete
 from .errors import TaskInvalid
 from .models import (
@@ -60,7 +69,7 @@ class ImportForm(forms.Form):
 
 
 class ExportForm(forms.Form):
-    format = forms.ChoiceField(choices=[(f, f) for f in FORMATS])
+    format = forms.ChoiceField(choices=CHOICES)
     outcome = forms.ChoiceField(choices=[("", "any outcome"), *Outcome.choices], required=False)
 
 
@@ -277,7 +286,9 @@ class TaskAdmin(admin.ModelAdmin):
                     "button": "Download",
                 },
             )
-        fmt, outcome = form.cleaned_data["format"], form.cleaned_data["outcome"] or None
+        spec = ExportSpec.parse(form.cleaned_data["format"])
+        fmt, flavour = spec.fmt, spec.flavour
+        outcome = form.cleaned_data["outcome"] or None
         by = request.user.get_username()
         for task in queryset:
             record_audit(
@@ -285,13 +296,20 @@ class TaskAdmin(admin.ModelAdmin):
                 actor=by,
                 task=task,
                 format=fmt,
+                flavour=flavour,
                 **({"outcome": outcome} if outcome else {}),
             )
         attempts = select_attempts(Attempt.objects.filter(task__in=queryset), outcome=outcome)
-        response = StreamingHttpResponse(
-            export_lines(attempts, fmt), content_type="application/x-ndjson"
-        )
-        response["Content-Disposition"] = f'attachment; filename="boltz-tasks-{fmt}.jsonl"'
+        name = f"boltz-tasks-{fmt}" + (f"-{flavour}" if fmt != "attempts" else "")
+        if spec.binary:
+            buffer = io.BytesIO()
+            write_export(attempts, spec, buffer)
+            response = HttpResponse(buffer.getvalue(), content_type=PARQUET)
+        else:
+            response = StreamingHttpResponse(
+                export_lines(attempts, spec), content_type="application/x-ndjson"
+            )
+        response["Content-Disposition"] = f'attachment; filename="{name}{spec.suffix}"'
         return response
 
     @admin.action(description="Delete tasks with their attempts and containers…")
@@ -318,7 +336,37 @@ class TaskAdmin(admin.ModelAdmin):
         task_delete(task=obj, by=request.user.get_username())
 
 
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class WriteOnlyEnvironmentField(forms.CharField):
+    """A saved agent's environment, one `NAME=value` a line, whose values are write-only: a
+    stored environment renders as its names only (`NAME=`), never a value. What was typed is
+    parsed by `AgentForm.clean_environment`, which knows the stored values."""
+
+    widget = forms.Textarea(attrs={"rows": 4, "cols": 100, "autocomplete": "off"})
+
+    def prepare_value(self, value):
+        if isinstance(value, dict):  # stored values: their names only
+            return "\n".join(f"{name}=" for name in sorted(value))
+        return super().prepare_value(value)
+
+    def has_changed(self, initial, data):
+        if self.disabled:
+            return False
+        return self.prepare_value(initial or {}) != (data or "").strip().replace("\r\n", "\n")
+
+
 class AgentForm(forms.ModelForm):
+    environment = WriteOnlyEnvironmentField(
+        required=False,
+        strip=False,
+        help_text="One NAME=value a line, given to the agent's command. Values are write-only: "
+        "a stored value is never shown again, and never in the attempts' output (it is "
+        "[redacted] there). Leave a value blank to keep the stored one, write a new one to "
+        'replace it, delete the line to remove the variable. (A JSON object, {"NAME": '
+        '"value"}, works too.)',
+    )
     uploads = MultipleFileField(
         required=False,
         label="Files",
@@ -339,12 +387,41 @@ class AgentForm(forms.ModelForm):
         return name
 
     def clean_environment(self):
-        env = self.cleaned_data["environment"] or {}
-        if not isinstance(env, dict) or not all(
-            isinstance(v, str | int | float) for v in env.values()
-        ):
-            raise forms.ValidationError('give an object of names and values: {"NAME": "value"}')
-        return {str(k): str(v) for k, v in env.items()}
+        """The new environment: a blank value keeps the stored one (the form never shows
+        it), a name left out is removed."""
+        stored = {str(k): str(v) for k, v in (self.instance.environment or {}).items()}
+        given = self._given_environment(self.cleaned_data["environment"] or "")
+        env = {}
+        for name, value in given.items():
+            if not ENV_NAME.match(name):
+                raise forms.ValidationError(f"{name!r} is not a variable name")
+            if value == "" and name not in stored:
+                raise forms.ValidationError(f"give {name} a value")
+            env[name] = stored[name] if value == "" else value
+        return env
+
+    @staticmethod
+    def _given_environment(raw: str) -> dict[str, str]:
+        if raw.strip().startswith("{"):
+            try:
+                env = json.loads(raw)
+            except ValueError:
+                env = None
+            if not isinstance(env, dict) or not all(
+                isinstance(v, str | int | float) for v in env.values()
+            ):
+                raise forms.ValidationError('give an object of names and values: {"NAME": "value"}')
+            return {str(k).strip(): str(v) for k, v in env.items()}
+        env = {}
+        for line in raw.splitlines():
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            name, _, value = line.partition("=")
+            name = name.strip()
+            if name in env:
+                raise forms.ValidationError(f"{name} is given twice")
+            env[name] = value
+        return env
 
     def clean_uploads(self):
         uploads = self.cleaned_data["uploads"]

@@ -1,4 +1,5 @@
-"""Task-level exports as JSONL: attempt records, SFT conversations, RL trajectories.
+"""Task-level exports: attempt records, and training data a trainer loads as it is (SFT
+conversations, preference pairs, RL rows; see training_formats.py).
 
 Each line is built from an attempt and its timeline; docs/EXPORTS.md describes the formats.
 """
@@ -7,36 +8,74 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.db.models import QuerySet
 
-from .bundle import attempt_record, tamper_record
-from .capture import summary_text
-from .models import Actor, Attempt, CheckResult, EventKind, Outcome, TestOutcome
+from .bundle import attempt_record
+from .models import Attempt, CheckResult, TestOutcome
 from .selectors import latest_checks
-from .timeline import exec_verdict
+from .trajectories import ORACLES
 
-FORMATS = ("attempts", "sft", "rl")
-SYSTEM_PROMPT = (
-    "You are a coding agent working in a sandbox on a git repository checked out at "
-    "/workspace. Use the shell tool to inspect and change files; your changes are checked "
-    "by hidden tests when you finish."
-)
-SHELL_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "shell",
-        "description": "Run a shell command in /workspace and return its exit code and output.",
-        "parameters": {
-            "type": "object",
-            "properties": {"command": {"type": "string", "description": "the command to run"}},
-            "required": ["command"],
-        },
-    },
+# Each format, and its flavours (the first is the default).
+FLAVOURS = {
+    "attempts": ("jsonl",),
+    "sft": ("openai", "hf"),
+    "pairs": ("dpo", "kto"),
+    "rl": ("jsonl", "verl"),
 }
-# Outcomes that carry no signal about the agent: masked, never a reward of 0.
-MASKED_OUTCOMES = (Outcome.INFRA_ERROR, Outcome.VERIFIER_ERROR, Outcome.CANCELLED, "")
+FORMATS = tuple(FLAVOURS)
+TRAINING = ("sft", "pairs", "rl")
+# What a page offers: (format:flavour, label).
+CHOICES = [
+    (f"{fmt}:{flavour}", fmt if len(flavours) == 1 else f"{fmt} ({flavour})")
+    for fmt, flavours in FLAVOURS.items()
+    for flavour in flavours
+]
+
+
+class ExportRefused(ValueError):
+    """An export asked for something that does not exist; the message lists what does."""
+
+
+@dataclass(frozen=True)
+class ExportSpec:
+    """What to write: a format, its flavour, and which examples count."""
+
+    fmt: str = "attempts"
+    flavour: str = ""
+    min_score: float | None = None  # sft: trainable at this score or more (else: passed)
+    include_all: bool = False  # keep untrainable examples, with weight 0
+    include_oracles: bool = False  # keep the reference and noop agents' attempts
+
+    @classmethod
+    def parse(cls, fmt: str, flavour: str | None = None, **options) -> ExportSpec:
+        """`fmt` and `flavour`, or `fmt` as "format:flavour"; ExportRefused lists the valid
+        ones."""
+        if ":" in fmt and not flavour:
+            fmt, flavour = fmt.split(":", 1)
+        if fmt not in FLAVOURS:
+            raise ExportRefused(f"format {fmt!r}: choose one of {', '.join(FORMATS)}")
+        flavour = flavour or FLAVOURS[fmt][0]
+        if flavour not in FLAVOURS[fmt]:
+            raise ExportRefused(
+                f"flavour {flavour!r} of {fmt}: choose one of {', '.join(FLAVOURS[fmt])}"
+            )
+        return cls(fmt, flavour, **options)
+
+    @property
+    def binary(self) -> bool:
+        return self.fmt == "rl" and self.flavour == "verl"
+
+    @property
+    def has_meta(self) -> bool:
+        """Metadata in a side file (OpenAI's format has no room for it)."""
+        return self.fmt == "sft" and self.flavour == "openai"
+
+    @property
+    def suffix(self) -> str:
+        return ".parquet" if self.binary else ".jsonl"
 
 
 def select_attempts(
@@ -56,141 +95,6 @@ def select_attempts(
     if until:
         attempts = attempts.filter(created_at__lt=until)
     return attempts.select_related("task").order_by("task__slug", "number")
-
-
-def _output_text(data: dict) -> str:
-    parts = []
-    for stream in ("stdout", "stderr"):
-        text = summary_text(data.get(stream) or {})
-        if text:
-            parts.append(text)
-    return "\n".join(parts)
-
-
-def agent_steps(attempt: Attempt) -> list[dict]:
-    """The agent's own actions in order: messages it wrote and commands it ran, with results."""
-    steps = []
-    events = attempt.events.filter(actor=Actor.AGENT, kind__in=[EventKind.MESSAGE, EventKind.EXEC])
-    for event in events.order_by("seq").only("seq", "kind", "data"):
-        data = event.data
-        if event.kind == EventKind.MESSAGE:
-            steps.append({"type": "message", "seq": event.seq, "text": data.get("text", "")})
-        elif data.get("phase") == "end":
-            steps.append(
-                {
-                    "type": "exec",
-                    "seq": event.seq,
-                    "command": data.get("command", ""),
-                    "exit_code": data.get("exit_code"),
-                    "timed_out": bool(data.get("timed_out")),
-                    "verdict": exec_verdict(data)[1],
-                    "duration": data.get("duration"),
-                    "output": _output_text(data),
-                    "truncated": bool(
-                        (data.get("stdout") or {}).get("truncated")
-                        or (data.get("stderr") or {}).get("truncated")
-                    ),
-                }
-            )
-    return steps
-
-
-def _prompt(attempt: Attempt) -> list[dict]:
-    return [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": attempt.task.instruction.strip()},
-    ]
-
-
-def _meta(attempt: Attempt) -> dict:
-    return {
-        "attempt_id": attempt.pk,
-        "task": attempt.task.slug,
-        "number": attempt.number,
-        "agent": attempt.agent,
-        "outcome": attempt.outcome,
-        "score": attempt.score,
-        "tampered": attempt.tampered,
-        "tamper": tamper_record(attempt),
-    }
-
-
-def rl_mask(attempt: Attempt) -> tuple[bool, str]:
-    """Whether an attempt's reward must be masked, and why. Infrastructure errors,
-    cancellations and unfinished attempts say nothing about the policy; neither does an
-    attempt the check gave no score (a declared reward file it never wrote): none of them
-    may ever be read as a reward of 0."""
-    if attempt.outcome in MASKED_OUTCOMES:
-        return True, attempt.failure_reason
-    if attempt.score is None:
-        if attempt.outcome == Outcome.FAILED and attempt.failure_reason:
-            return True, attempt.failure_reason
-        why = f": {attempt.failure_reason}" if attempt.failure_reason else ""
-        return True, f"the check gave no score (outcome {attempt.outcome}){why}"
-    return False, ""
-
-
-def sft_line(attempt: Attempt) -> dict:
-    messages = _prompt(attempt)
-    for step in agent_steps(attempt):
-        if step["type"] == "message":
-            messages.append({"role": "assistant", "content": step["text"]})
-            continue
-        call_id = f"call_{step['seq']}"
-        messages.append(
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": call_id,
-                        "type": "function",
-                        "function": {
-                            "name": "shell",
-                            "arguments": json.dumps({"command": step["command"]}),
-                        },
-                    }
-                ],
-            }
-        )
-        messages.append(
-            {
-                "role": "tool",
-                "tool_call_id": call_id,
-                "content": f"[{step['verdict']}]\n{step['output']}",
-            }
-        )
-    return {"messages": messages, "tools": [SHELL_TOOL], "metadata": _meta(attempt)}
-
-
-def rl_line(attempt: Attempt) -> dict:
-    masked, mask_reason = rl_mask(attempt)
-    trajectory = []
-    for step in agent_steps(attempt):
-        if step["type"] == "message":
-            trajectory.append(
-                {"action": {"type": "message", "text": step["text"]}, "observation": None}
-            )
-        else:
-            trajectory.append(
-                {
-                    "action": {"type": "exec", "command": step["command"]},
-                    "observation": {
-                        "exit_code": step["exit_code"],
-                        "timed_out": step["timed_out"],
-                        "output": step["output"],
-                        "truncated": step["truncated"],
-                    },
-                }
-            )
-    return {
-        **_meta(attempt),
-        "prompt": _prompt(attempt),
-        "trajectory": trajectory,
-        "reward": None if masked else attempt.score,
-        "mask": masked,
-        "mask_reason": mask_reason,
-    }
 
 
 def attempts_line(attempt: Attempt, check: CheckResult | None, tests: dict[str, str]) -> dict:
@@ -226,28 +130,63 @@ def _attempts_lines(batch: list[Attempt]) -> Iterator[dict]:
         yield attempts_line(attempt, check, tests.get(check.pk, {}) if check else {})
 
 
-_BUILDERS = {
-    "attempts": _attempts_lines,
-    "sft": lambda batch: map(sft_line, batch),
-    "rl": lambda batch: map(rl_line, batch),
-}
 BATCH = 200
+PARQUET = "application/vnd.apache.parquet"
 
 
-def export_lines(attempts: QuerySet[Attempt], fmt: str) -> Iterator[bytes]:
-    if fmt not in _BUILDERS:
-        raise ValueError(f"format {fmt!r}: choose one of {', '.join(FORMATS)}")
-    build = _BUILDERS[fmt]
+def export_lines(attempts: QuerySet[Attempt], spec: ExportSpec | str) -> Iterator[bytes]:
+    """The export's JSONL lines (not for parquet: see `write_export`)."""
+    spec = ExportSpec.parse(spec) if isinstance(spec, str) else spec
+    for line, _meta in export_rows(attempts, spec):
+        yield _encode(line)
+
+
+def export_meta_lines(attempts: QuerySet[Attempt], spec: ExportSpec) -> Iterator[bytes]:
+    """The side file of an export whose format has no room for metadata (sft, openai)."""
+    for _line, meta in export_rows(attempts, spec):
+        yield _encode(meta)
+
+
+def export_rows(attempts: QuerySet[Attempt], spec: ExportSpec) -> Iterator[tuple[dict, dict]]:
+    """(line, metadata) per example, in the attempts' order."""
+    if spec.fmt == "attempts":
+        for line in _attempts_rows(attempts):
+            yield line, {}
+        return
+    from . import training_formats
+
+    kept = attempts if spec.include_oracles else attempts.exclude(agent__in=ORACLES)
+    yield from training_formats.rows(kept.defer("diff"), spec)
+
+
+def _attempts_rows(attempts: QuerySet[Attempt]) -> Iterator[dict]:
     batch: list[Attempt] = []
     for attempt in attempts.defer("diff").iterator(chunk_size=BATCH):  # no line holds the diff
         batch.append(attempt)
         if len(batch) == BATCH:
-            yield from _encode(build(batch))
+            yield from _attempts_lines(batch)
             batch = []
     if batch:
-        yield from _encode(build(batch))
+        yield from _attempts_lines(batch)
 
 
-def _encode(lines) -> Iterator[bytes]:
-    for line in lines:
-        yield json.dumps(line, ensure_ascii=False).encode() + b"\n"
+def write_export(attempts: QuerySet[Attempt], spec: ExportSpec, out, meta=None) -> int:
+    """Write the export to the binary file `out` (and its metadata to `meta`, when the format
+    keeps it apart and a file is given); the number of examples written."""
+    if spec.binary:
+        from . import training_formats
+
+        rows = [line for line, _ in export_rows(attempts, spec)]
+        out.write(training_formats.verl_parquet(rows))
+        return len(rows)
+    count = 0
+    for line, extra in export_rows(attempts, spec):
+        out.write(_encode(line))
+        if meta is not None and spec.has_meta:
+            meta.write(_encode(extra))
+        count += 1
+    return count
+
+
+def _encode(line: dict) -> bytes:
+    return json.dumps(line, ensure_ascii=False).encode() + b"\n"

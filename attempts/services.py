@@ -13,7 +13,7 @@ from django.utils import timezone
 from . import agents, queueing
 from .bundle import stream_bundle
 from .callbacks import attempt_ended
-from .datasets import export_lines, select_attempts
+from .datasets import ExportSpec, select_attempts
 from .deletion import record_audit
 from .errors import TaskInvalid
 from .image_tasks import require_check
@@ -123,12 +123,20 @@ def attempt_export(*, attempt: Attempt, by: str):
     return stream_bundle(attempt)
 
 
-def task_export(*, task: Task, fmt: str, by: str, **filters):
-    """A task's attempts as JSONL lines (`fmt`: attempts, sft or rl); the export is recorded."""
+def task_export(*, task: Task, spec: ExportSpec, by: str, **filters):
+    """The attempts a task export writes (`datasets.write_export` / `export_lines` write
+    them as `spec` says); the export is recorded."""
     attempts = select_attempts(task.attempts.all(), **filters)
     shown = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in filters.items() if v}
-    record_audit(action=AuditEntry.Action.EXPORT_TASK, actor=by, task=task, format=fmt, **shown)
-    return export_lines(attempts, fmt)
+    record_audit(
+        action=AuditEntry.Action.EXPORT_TASK,
+        actor=by,
+        task=task,
+        format=spec.fmt,
+        flavour=spec.flavour,
+        **shown,
+    )
+    return attempts
 
 
 def attempt_cancel(*, attempt: Attempt, by: str) -> bool:

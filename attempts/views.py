@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import posixpath
 
 import unidiff
@@ -9,12 +10,26 @@ from django.contrib.auth.decorators import login_required, permission_required
 from django.core.files.storage import default_storage
 from django.core.paginator import Paginator
 from django.db.models import F
-from django.http import FileResponse, Http404, HttpResponseBadRequest, StreamingHttpResponse
+from django.http import (
+    FileResponse,
+    Http404,
+    HttpResponse,
+    HttpResponseBadRequest,
+    StreamingHttpResponse,
+)
 from django.shortcuts import get_object_or_404, render
 
 from . import auth, diffview, patches, services, views_compare
 from .bundle import bundle_filename
-from .datasets import FORMATS
+from .datasets import (
+    CHOICES,
+    PARQUET,
+    ExportRefused,
+    ExportSpec,
+    export_lines,
+    export_meta_lines,
+    write_export,
+)
 from .models import (
     DONE_STATUSES,
     Agent,
@@ -97,7 +112,7 @@ def task_detail(request, slug):
         {
             "grid": test_grid(list(reversed(context["attempts"]))),
             "plot": plot_points(task),
-            "formats": FORMATS,
+            "export_choices": CHOICES,
             "outcomes": Outcome.choices,
             "saved_agents": list(Agent.objects.values_list("name", flat=True)),
             "agents": list(
@@ -342,22 +357,46 @@ def attempt_export(request, pk):
 @login_required
 @permission_required(auth.EXPORT, raise_exception=True)
 def task_export(request, slug):
+    """A task's export: ?format=&flavour=&outcome=&agent=&min_score=&include_all=1
+    &include_oracles=1, and &part=meta for the side file of the sft openai flavour."""
     task = get_object_or_404(Task, slug=slug)
-    fmt = request.GET.get("format", "attempts")
     outcome = request.GET.get("outcome") or None
-    if fmt not in FORMATS or (outcome and outcome not in Outcome.values):
-        return HttpResponseBadRequest(
-            f"format must be one of {', '.join(FORMATS)}; "
-            f"outcome one of {', '.join(Outcome.values)}",
-            content_type="text/plain",
+    try:
+        if outcome and outcome not in Outcome.values:
+            raise ExportRefused(f"outcome {outcome!r}: choose one of {', '.join(Outcome.values)}")
+        min_score = request.GET.get("min_score")
+        spec = ExportSpec.parse(
+            request.GET.get("format", "attempts"),
+            request.GET.get("flavour") or None,
+            min_score=float(min_score) if min_score else None,
+            include_all=request.GET.get("include_all") == "1",
+            include_oracles=request.GET.get("include_oracles") == "1",
         )
-    lines = services.task_export(
+    except (ExportRefused, ValueError) as exc:
+        return HttpResponseBadRequest(str(exc), content_type="text/plain")
+    attempts = services.task_export(
         task=task,
-        fmt=fmt,
+        spec=spec,
         by=request.user.get_username(),
         outcome=outcome,
         agent=request.GET.get("agent") or None,
     )
-    response = StreamingHttpResponse(lines, content_type="application/x-ndjson")
-    response["Content-Disposition"] = f'attachment; filename="boltz-{task.slug}-{fmt}.jsonl"'
+    name = f"boltz-{task.slug}-{spec.fmt}" + (f"-{spec.flavour}" if spec.fmt != "attempts" else "")
+    if spec.binary:
+        buffer = io.BytesIO()
+        try:
+            write_export(attempts, spec, buffer)
+        except RuntimeError as exc:  # an optional package the flavour needs
+            return HttpResponseBadRequest(str(exc), content_type="text/plain")
+        response = HttpResponse(buffer.getvalue(), content_type=PARQUET)
+    elif spec.has_meta and request.GET.get("part") == "meta":
+        response = StreamingHttpResponse(
+            export_meta_lines(attempts, spec), content_type="application/x-ndjson"
+        )
+        name += ".meta"
+    else:
+        response = StreamingHttpResponse(
+            export_lines(attempts, spec), content_type="application/x-ndjson"
+        )
+    response["Content-Disposition"] = f'attachment; filename="{name}{spec.suffix}"'
     return response

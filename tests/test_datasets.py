@@ -79,49 +79,119 @@ def test_filters_keep_only_what_they_name(task, tmp_path):
     assert [r["number"] for r in export(tmp_path, "--since", since)] == [1, 2]
 
 
-def test_sft_is_an_openai_chat_with_tool_calls_and_results(task, tmp_path):
+def test_sft_openai_is_a_chat_ending_on_the_agents_turn_with_metadata_apart(task, tmp_path):
     (line,) = export(tmp_path, "--format", "sft", "--outcome", "passed")
     roles = [m["role"] for m in line["messages"]]
-    assert roles == ["system", "user", "assistant", "assistant", "tool"]
+    # The trailing tool result says nothing to train on: the example ends on the call.
+    assert roles == ["system", "user", "assistant", "assistant"]
     assert line["messages"][1]["content"] == "Fix add()."
     assert line["messages"][2]["content"] == "I will look at calc.py"
     call = line["messages"][3]["tool_calls"][0]
+    assert "content" not in line["messages"][3]
     assert call["type"] == "function" and call["function"]["name"] == "shell"
     assert json.loads(call["function"]["arguments"]) == {"command": "cat calc.py"}
-    result = line["messages"][4]
-    assert result["tool_call_id"] == call["id"]
-    assert result["content"] == "[exit code 0]\ndef add(a, b):\n"
-    assert line["tools"][0]["function"]["name"] == "shell"
+    assert line["tools"][0]["function"]["name"] == "shell" and "metadata" not in line
     # the check's own commands are not the agent's turns
     assert "pytest" not in json.dumps(line["messages"])
+    (meta,) = [json.loads(x) for x in (tmp_path / "out.meta.jsonl").read_text().splitlines()]
+    assert (meta["attempt_id"], meta["task"], meta["trainable"]) == (
+        Attempt.objects.get(number=1).pk,
+        "t",
+        True,
+    )
+    assert meta["synthetic"] == ["system_prompt", "tools"]
 
 
-def test_sft_says_when_a_cancel_stopped_a_command(task, tmp_path):
+def test_sft_hf_has_objects_for_arguments_and_empty_strings_for_content(task, tmp_path):
+    (line,) = export(tmp_path, "--format", "sft", "--flavour", "hf")
+    call_message = line["messages"][3]
+    assert call_message["content"] == ""
+    assert call_message["tool_calls"][0]["function"]["arguments"] == {"command": "cat calc.py"}
+    assert line["metadata"]["outcome"] == "passed" and line["messages"][-1]["role"] == "assistant"
+
+
+def test_sft_keeps_only_trainable_examples_unless_asked_then_weighs_them_zero(task, tmp_path):
+    failed = Attempt.objects.create(
+        task=task,
+        number=4,
+        agent="command",
+        agent_command="ls",
+        status="finished",
+        outcome="failed",
+        score=0.0,
+    )
+    Event.objects.create(
+        attempt=failed,
+        seq=1,
+        kind="exec",
+        actor="agent",
+        data={"phase": "end", "command": "ls", "exec": 1, "exit_code": 0},
+    )
+    assert len(export(tmp_path, "--format", "sft")) == 1  # noop and failures left out
+    everything = export(tmp_path, "--format", "sft", "--include-all", "--include-oracles")
+    weights = [
+        {m.get("weight") for m in line["messages"] if m["role"] == "assistant"}
+        for line in everything
+    ]
+    assert weights == [{1}, {0}]  # the noops have no assistant turn at all: never a line
+    assert len(export(tmp_path, "--format", "sft", "--min-score", "0")) == 2
+
+
+def test_a_command_cut_off_or_cancelled_keeps_its_partial_output_marked(task, tmp_path):
     cancelled = Attempt.objects.create(
         task=task, number=4, agent="command", status="cancelled", outcome="cancelled"
     )
     end = {"phase": "end", "command": "sleep 300", "exec": 1, "exit_code": None}
     end |= {"stopped": "cancelled by erin", "stdout": {"head": "go\n", "tail": ""}}
     Event.objects.create(attempt=cancelled, seq=1, kind="exec", actor="agent", data=end)
-    (line,) = export(tmp_path, "--format", "sft", "--outcome", "cancelled")
-    assert line["messages"][-1]["content"] == "[stopped: cancelled by erin]\ngo\n"
+    lost = Attempt.objects.create(
+        task=task,
+        number=5,
+        agent="command",
+        status="finished",
+        outcome="infra_error",
+        failure_reason="worker lost: the process running the attempt on host vm-7 gave no sign",
+        host="vm-7",
+    )
+    start = {"phase": "start", "command": "make", "exec": 1}
+    start |= {"live": {"stdout": {"tail": "compiling\n", "bytes": 10}}}
+    Event.objects.create(attempt=lost, seq=1, kind="exec", actor="agent", data=start)
+    rows = {r["attempt_id"]: r for r in export(tmp_path, "--format", "rl")}
+    assert rows[cancelled.pk]["completion"][-1]["content"] == "[stopped: cancelled by erin]\ngo\n"
+    assert (rows[cancelled.pk]["mask"], rows[cancelled.pk]["mask_reason"]) == (True, "cancelled")
+    cut = rows[lost.pk]
+    assert cut["completion"][-1]["content"].startswith("[cut off:")
+    assert cut["completion"][-1]["content"].endswith("compiling\n") and cut["cut_off"] == [1]
+    assert (cut["mask"], cut["mask_reason"]) == (True, "worker_lost")
+    assert "vm-7" not in json.dumps(cut) and "[host]" in cut["mask_detail"]
 
 
-def test_rl_masks_infrastructure_errors_instead_of_rewarding_zero(task, tmp_path):
-    lines = {r["number"]: r for r in export(tmp_path, "--format", "rl")}
-    assert (lines[1]["reward"], lines[1]["mask"], lines[1]["mask_reason"]) == (1.0, False, "")
-    assert (lines[2]["reward"], lines[2]["mask"], lines[2]["mask_reason"]) == (0.0, False, "")
-    assert (lines[3]["reward"], lines[3]["mask"]) == (None, True)
-    assert lines[3]["mask_reason"] == "start: Docker unreachable"
-    step = lines[1]["trajectory"][1]
-    assert step["action"] == {"type": "exec", "command": "cat calc.py"}
-    assert step["observation"]["exit_code"] == 0
+def test_rl_rows_mask_what_says_nothing_about_the_policy_with_a_code(task, tmp_path):
+    rows = {r["number"]: r for r in export(tmp_path, "--format", "rl", "--include-oracles")}
+    one = rows[1]
+    assert (one["reward"], one["passed"], one["mask"], one["mask_reason"]) == (1.0, True, False, "")
+    assert [m["role"] for m in one["completion"]] == ["assistant", "assistant", "tool"]
+    assert one["completion_mask"] == [1, 1, 0] and one["policy"] == "command"
+    assert one["group_id"].startswith("t@aaaaaaaaaaaa:")
+    # noop did nothing: nothing to credit, never a reward of 0 for an empty trajectory
+    assert (rows[2]["mask"], rows[2]["mask_reason"], rows[2]["reward"]) == (
+        True,
+        "empty_completion",
+        None,
+    )
+    assert (rows[3]["mask"], rows[3]["mask_reason"], rows[3]["reward"]) == (
+        True,
+        "infra_error",
+        None,
+    )
+    assert rows[3]["mask_detail"] == "start: Docker unreachable"
+    assert set(export(tmp_path, "--format", "rl")[0]) >= {"prompt", "completion", "tools"}
 
 
 NO_REWARD = "the check wrote no reward file, and the task declares that it writes one"
 
 
-def test_rl_masks_an_attempt_the_check_gave_no_score_instead_of_rewarding_zero(task, tmp_path):
+def test_an_attempt_the_check_gave_no_score_is_masked_never_zero(task, tmp_path):
     unscored = Attempt.objects.create(
         task=task,
         number=4,
@@ -141,65 +211,96 @@ def test_rl_masks_an_attempt_the_check_gave_no_score_instead_of_rewarding_zero(t
         summary=NO_REWARD,
         problem=NO_REWARD,
     )
-    Attempt.objects.create(
-        task=task,
-        number=5,
-        agent="command",
-        status="finished",
-        outcome="agent_timeout",
-        score=None,
-        failure_reason="the agent ran past its 60s limit and was killed",
-    )
-    lines = {r["number"]: r for r in export(tmp_path, "--format", "rl")}
-    assert (lines[4]["score"], lines[4]["reward"], lines[4]["mask"]) == (None, None, True)
-    assert lines[4]["mask_reason"] == NO_REWARD
-    assert (lines[5]["reward"], lines[5]["mask"]) == (None, True)
-    assert lines[5]["mask_reason"] == (
-        "the check gave no score (outcome agent_timeout): "
-        "the agent ran past its 60s limit and was killed"
-    )
-    # Masking of infrastructure errors, and real zeros, are as they were.
-    assert (lines[3]["mask"], lines[3]["mask_reason"]) == (True, "start: Docker unreachable")
-    assert (lines[2]["reward"], lines[2]["mask"]) == (0.0, False)
-
-    # No other format fails on a missing score or writes it as 0.
+    rows = {r["number"]: r for r in export(tmp_path, "--format", "rl")}
+    assert (rows[4]["score"], rows[4]["reward"], rows[4]["mask"]) == (None, None, True)
+    assert (rows[4]["mask_reason"], rows[4]["mask_detail"]) == ("no_score", NO_REWARD)
     records = {r["number"]: r for r in export(tmp_path, "--format", "attempts")}
-    assert records[4]["score"] is None and records[5]["score"] is None
     check = records[4]["check"]
     assert (check["passed"], check["score"], check["source"]) == (False, None, "reward_file")
     assert (check["mode"], check["summary"], check["problem"]) == ("fresh", NO_REWARD, NO_REWARD)
-    assert check["ignored_reward_files"] == []
-    sft = {r["metadata"]["number"]: r["metadata"] for r in export(tmp_path, "--format", "sft")}
-    assert sft[4]["score"] is None and sft[4]["outcome"] == "failed"
 
 
-def test_the_tamper_report_is_in_every_format(task, tmp_path):
-    report = {"protected": [{"path": "conftest.py", "change": "added"}], "reward_files": []}
-    Attempt.objects.filter(number=1).update(tamper=report)
-    Attempt.objects.filter(number=2).update(
-        tamper={"protected": [], "reward_files": ["reward.txt"]}
+def test_pairs_give_dpo_chosen_and_rejected_and_kto_labels_within_a_group(task, tmp_path):
+    worse = Attempt.objects.create(
+        task=task,
+        number=4,
+        agent="command",
+        agent_command="true",
+        status="finished",
+        outcome="failed",
+        score=0.0,
+        base_commit="a" * 40,
     )
-    tampered = {1: {**report, "tampered": True}}
-    tampered[2] = {"protected": [], "reward_files": ["reward.txt"], "tampered": True}
-    tampered[3] = {"protected": [], "reward_files": [], "tampered": False}  # tamper == {}
+    Event.objects.create(
+        attempt=worse,
+        seq=1,
+        kind="exec",
+        actor="agent",
+        data={"phase": "end", "command": "true", "exec": 1, "exit_code": 0},
+    )
+    Attempt.objects.filter(number=1).update(base_commit="a" * 40)
+    (pair,) = export(tmp_path, "--format", "pairs")
+    assert [m["role"] for m in pair["prompt"]] == ["system", "user"]
+    assert pair["chosen"][-1]["tool_calls"][0]["function"]["arguments"] == {
+        "command": "cat calc.py"
+    }
+    assert pair["rejected"][-1]["tool_calls"][0]["function"]["arguments"] == {"command": "true"}
+    assert (pair["chosen_score"], pair["rejected_score"]) == (1.0, 0.0)
+    kto = {
+        r["attempt_id"]: r["label"]
+        for r in export(tmp_path, "--format", "pairs", "--flavour", "kto")
+    }
+    assert kto == {Attempt.objects.get(number=1).pk: True, worse.pk: False}
 
-    records = {r["number"]: r for r in export(tmp_path, "--format", "attempts")}
-    assert {n: r["tamper"] for n, r in records.items()} == tampered
-    assert {n: r["changes_state"] for n, r in records.items()} == {1: "", 2: "", 3: ""}
-    rl = {r["number"]: r for r in export(tmp_path, "--format", "rl")}
-    assert {n: r["tamper"] for n, r in rl.items()} == tampered
-    assert {n: r["tampered"] for n, r in rl.items()} == {1: True, 2: True, 3: False}
-    assert (rl[1]["reward"], rl[1]["mask"]) == (1.0, False)  # reported, not masked
-    sft = {r["metadata"]["number"]: r["metadata"] for r in export(tmp_path, "--format", "sft")}
-    assert {n: m["tamper"] for n, m in sft.items()} == tampered
-    assert sft[1]["tampered"] is True
+
+def test_a_saved_agents_secret_is_redacted_from_every_training_format(task, tmp_path):
+    secret = "sk-live-0123456789abcdef"
+    leaky = Attempt.objects.create(
+        task=task,
+        number=4,
+        agent="mine",
+        status="finished",
+        outcome="passed",
+        score=1.0,
+        agent_env={"OPENAI_API_KEY": secret},
+    )
+    Event.objects.create(
+        attempt=leaky,
+        seq=1,
+        kind="exec",
+        actor="agent",
+        data={
+            "phase": "end",
+            "command": f"echo {secret}",
+            "exec": 1,
+            "exit_code": 0,
+            "stdout": {"head": f"{secret}\n", "tail": ""},
+        },
+    )
+    for fmt in (("sft",), ("sft", "--flavour", "hf"), ("rl",), ("pairs", "--flavour", "kto")):
+        text = json.dumps(export(tmp_path, "--format", *fmt))
+        assert secret not in text and "[redacted]" in text, fmt
+
+
+def test_unknown_formats_and_flavours_are_refused_listing_the_valid_ones(task, tmp_path):
+    with pytest.raises(CommandError, match="choose one of attempts, sft, pairs, rl"):
+        call_command("export_task", "t", "--format", "csv", "-o", str(tmp_path / "x"))
+    with pytest.raises(CommandError, match="choose one of openai, hf"):
+        call_command("export_task", "t", "--format", "sft", "--flavour", "chatml", "-o", "-")
+
+
+def test_a_filter_matching_nothing_writes_an_empty_file_and_says_so(task, tmp_path, capsys):
+    out = tmp_path / "empty.jsonl"
+    call_command("export_task", "t", "--format", "sft", "--agent", "nobody", "-o", str(out))
+    assert out.read_bytes() == b""
+    assert "no attempt of t matched: wrote an empty sft (openai) file" in capsys.readouterr().out
 
 
 def test_exports_are_recorded(task, tmp_path):
     export(tmp_path, "--format", "rl", "--outcome", "failed")
     entry = AuditEntry.objects.get()
     assert (entry.action, entry.task_slug) == ("export_task", "t")
-    assert entry.details == {"format": "rl", "outcome": "failed"}
+    assert entry.details == {"format": "rl", "flavour": "jsonl", "outcome": "failed"}
     assert entry.actor.startswith("cli")
 
 
@@ -211,11 +312,17 @@ def test_unknown_task_and_bad_dates_are_clear_errors(task, tmp_path):
 
 
 def test_web_task_export_streams_jsonl(task, admin_client):
-    response = admin_client.get("/tasks/t/export.jsonl?format=rl&outcome=infra_error")
+    response = admin_client.get(
+        "/tasks/t/export.jsonl?format=rl&outcome=infra_error&include_oracles=1"
+    )
     assert response.status_code == 200
     lines = b"".join(response.streaming_content).decode().splitlines()
     assert [json.loads(x)["mask"] for x in lines] == [True]
-    assert admin_client.get("/tasks/t/export.jsonl?format=csv").status_code == 400
+    meta = admin_client.get("/tasks/t/export.jsonl?format=sft:openai&part=meta")
+    assert json.loads(b"".join(meta.streaming_content))["task"] == "t"
+    assert 'filename="boltz-t-sft-openai.meta.jsonl"' in meta["Content-Disposition"]
+    bad = admin_client.get("/tasks/t/export.jsonl?format=csv")
+    assert bad.status_code == 400 and b"choose one of attempts, sft, pairs, rl" in bad.content
     assert admin_client.get("/tasks/nope/export.jsonl").status_code == 404
 
 
