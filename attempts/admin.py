@@ -468,7 +468,16 @@ class AttemptAdmin(admin.ModelAdmin):
     )
     list_filter = ("status", "outcome", "agent")
     list_select_related = ("task",)
-    readonly_fields = [f.name for f in Attempt._meta.fields]
+    # Every field, read-only; the agent's environment by name only (its values may be secret).
+    readonly_fields = [
+        "environment_names" if f.name == "agent_env" else f.name for f in Attempt._meta.fields
+    ]
+    exclude = ("agent_env",)
+
+    @admin.display(description="agent environment")
+    def environment_names(self, attempt):
+        names = sorted(attempt.agent_env or {})
+        return ", ".join(f"{name}=…" for name in names) if names else "-"
 
     @admin.display(description="attempt", ordering="task__slug")
     def name(self, attempt):

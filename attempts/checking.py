@@ -211,7 +211,9 @@ class Check:
             "changes applied",
             check_mode="fresh",
         )
-        session = SandboxSession(self.attempt, Sandbox.create(self.spec("check")))
+        session = SandboxSession(
+            self.attempt, Sandbox.create(self.spec("check")), secrets=self.agent.secrets
+        )
         try:
             with archive.open("rb") as handle:
                 session.put_archive(handle)

@@ -181,6 +181,10 @@ class Task(models.Model):
         )
 
 
+# What a sandbox session reads of its task: its working folder and who the agent runs as.
+SESSION_TASK_FIELDS = ("slug", "workdir", "agent_user", "allow_root", "stage_env")
+
+
 class Status(models.TextChoices):
     QUEUED = "queued"
     STARTING = "starting"

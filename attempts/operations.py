@@ -18,6 +18,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
+from . import redaction
 from . import session as files
 from .bundle import check_record
 from .changes import ChangesUnavailable
@@ -25,7 +26,17 @@ from .episodes import end_episode
 from .errors import AttemptGone, InfrastructureError, SandboxGone
 from .heartbeat import beating
 from .image_tasks import has_check
-from .models import Actor, Attempt, CheckResult, EventKind, Outcome, SandboxState, Status
+from .models import (
+    SESSION_TASK_FIELDS,
+    Actor,
+    Attempt,
+    CheckResult,
+    EventKind,
+    Outcome,
+    SandboxState,
+    Status,
+    Task,
+)
 from .runner import AttemptRunner, claim, scratch_folder, verdict_of
 from .sandbox.runtime import Sandbox
 from .session import FileOpError, SandboxSession, update_attempt
@@ -208,9 +219,8 @@ LIVE_FIELDS = (
     "sandbox_deleted_at",
     "close_requested_at",
     "last_used_at",
+    "agent_env",
 )
-# What a session reads of its task: its working folder and who the agent runs as.
-SESSION_TASK_FIELDS = ("slug", "workdir", "agent_user", "allow_root")
 # The sandbox's "last used" (for its idle timeout) is written at most this often.
 LAST_USED_PRECISION = timedelta(seconds=1)
 
@@ -233,7 +243,10 @@ def _live_session(attempt_id: int) -> tuple[Attempt, SandboxSession]:
     now = timezone.now()
     if attempt.last_used_at is None or now - attempt.last_used_at >= LAST_USED_PRECISION:
         Attempt.objects.filter(pk=attempt.pk).update(last_used_at=now)
-    return attempt, SandboxSession(attempt, Sandbox(attempt.container_id))
+    session = SandboxSession(
+        attempt, Sandbox(attempt.container_id), secrets=redaction.secrets_of(attempt)
+    )
+    return attempt, session
 
 
 def _whole(attempt: Attempt) -> Attempt:
@@ -373,7 +386,8 @@ def _check(attempt, session) -> dict:
 def _checked(attempt, session) -> CheckResult:
     """The task's check on a clean copy of the changes so far, as the pipeline runs it."""
     attempt = _whole(attempt)
-    session = SandboxSession(attempt, session.sandbox)  # the check reads the whole attempt
+    # the check reads the whole attempt
+    session = SandboxSession(attempt, session.sandbox, secrets=session.secrets)
     with scratch_folder(attempt) as scratch:
         runner = AttemptRunner(attempt, rechecking=True)
         runner.session, runner.trees = session, AttemptTrees(attempt, scratch)
@@ -395,6 +409,7 @@ def _step(
     step_number: int,
     exec_number: int,
     seq: int,
+    task: dict | None = None,
 ) -> dict:
     """One action of a pool's environment, its parts in order: write files, apply a patch,
     run a command, submit (the check: its score is the reward and the episode terminates).
@@ -406,7 +421,9 @@ def _step(
     pool in one write; here only the action is done."""
     began = time.monotonic()
     attempt = Attempt(pk=attempt_id, container_id=container)  # what the session reads
-    session = SandboxSession(attempt, Sandbox(container))
+    if task:  # a task with a working folder or user of its own (a Harbor task's)
+        attempt.task = Task(**task)
+    session = SandboxSession(attempt, Sandbox(container), secrets=redaction.secrets_of(attempt))
     session.timeline.expect(seq)
     observation: dict = {}
     reward, terminated, truncated = 0.0, False, False

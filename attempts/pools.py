@@ -33,7 +33,18 @@ from unidiff.errors import UnidiffParseError
 from . import opcalls, queueing
 from .episodes import end_episode
 from .hosts import host_alive
-from .models import Actor, Attempt, CheckResult, Event, EventKind, Outcome, Pool, Status, Task
+from .models import (
+    SESSION_TASK_FIELDS,
+    Actor,
+    Attempt,
+    CheckResult,
+    Event,
+    EventKind,
+    Outcome,
+    Pool,
+    Status,
+    Task,
+)
 from .sandboxes import ApiError, sandbox_attempt, wait_live_all, workspace_path
 
 ACTION_FIELDS = ("write", "patch", "run", "timeout", "submit")
@@ -146,7 +157,12 @@ def _open(pool: Pool) -> None:
 
 def current_episodes(pool: Pool, indices: Iterable[int] | None = None) -> dict[int, Attempt]:
     """Each environment's latest episode (by index)."""
-    rows = Attempt.objects.filter(pool=pool).only(*EPISODE_FIELDS).order_by("pool_index", "-pk")
+    rows = (
+        Attempt.objects.filter(pool=pool)
+        .select_related("task")
+        .only(*EPISODE_FIELDS, *(f"task__{name}" for name in SESSION_TASK_FIELDS))
+        .order_by("pool_index", "-pk")
+    )
     if indices is not None:
         rows = rows.filter(pool_index__in=list(indices))
     episodes: dict[int, Attempt] = {}
@@ -388,6 +404,10 @@ def _request(pool: Pool, index: int, episode: Attempt | None, action: dict, time
         "episode_deadline": deadline,
         "container": episode.container_id,
     }
+    task = episode.task
+    if task.workdir != "/workspace" or task.agent_user:  # where and as whom the agent works
+        args["task"] = {name: getattr(task, name) for name in SESSION_TASK_FIELDS}
+        args["task"]["id"] = task.pk
     return (episode.host, episode.pk, "step", args, wait), episode
 
 

@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from . import agents, diagnosis, harbor_layout, stage_env, task_images
+from . import agents, diagnosis, harbor_layout, redaction, stage_env, task_images
 from .callbacks import attempt_ended
 from .changes import ChangesUnavailable
 from .checking import Check, memory_text
@@ -138,7 +138,12 @@ class AttemptRunner:
         self.timeline.add(EventKind.LIFECYCLE, status=status, message=message)
 
     def open_session(self, sandbox: Sandbox) -> SandboxSession:
-        self.session = SandboxSession(self.attempt, sandbox, should_stop=self._stop_if_asked)
+        self.session = SandboxSession(
+            self.attempt,
+            sandbox,
+            should_stop=self._stop_if_asked,
+            secrets=redaction.secrets_of(self.attempt),  # never kept in any command's output
+        )
         return self.session
 
     # --- stages ------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from django.db.models import F
 from .capture import StreamCapture
 from .errors import AttemptGone, AttemptStopped, TaskInvalid
 from .models import Actor, Attempt, Event, EventKind
+from .redaction import Redactor, redactable
 from .sandbox.runtime import ExecResult, Sandbox
 from .timeline import Timeline, clip
 from .users import UserRefused, resolve_user
@@ -100,7 +101,9 @@ def next_exec_number(attempt_id: int) -> int:
 class SandboxSession:
     """One sandbox (the attempt's own, or the fresh container its check runs in), with every
     call recorded on the attempt's timeline. `should_stop`, called about once a second while a
-    command runs, raises AttemptStopped to end it (a reviewer's cancel)."""
+    command runs, raises AttemptStopped to end it (a reviewer's cancel). `secrets`: values
+    replaced by `[redacted]` in every command's output before anything of it is kept (see
+    `redaction.secrets_of`)."""
 
     def __init__(
         self,
@@ -108,9 +111,11 @@ class SandboxSession:
         sandbox: Sandbox,
         *,
         should_stop: Callable[[], None] | None = None,
+        secrets: list[str] | None = None,
     ):
         self.attempt = attempt
         self.sandbox = sandbox
+        self.secrets = redactable(secrets)
         self.timeline = Timeline(attempt.pk)
         self.should_stop = should_stop
         self._users: dict[str, str | None] = {}
@@ -247,7 +252,14 @@ class SandboxSession:
                         pending_size[stream] = 0
                 clock["flushed"] = time.monotonic()
 
-            def on_output(stream: str, data: bytes) -> None:
+            # Secrets are redacted from each stream before anything of its output is kept: the
+            # head and tail, the live tail, the output events, the raw file. No secrets: no
+            # redactor, the output goes straight to its capture.
+            redactors = (
+                {stream: Redactor(self.secrets) for stream in captures} if self.secrets else {}
+            )
+
+            def take(stream: str, data: bytes) -> None:
                 text = captures[stream].feed(data)
                 if stream_output and text:
                     pending[stream].append(text)
@@ -256,6 +268,13 @@ class SandboxSession:
                         flush()
                 if live:
                     refresh_tail(time.monotonic())
+
+            def take_redacted(stream: str, data: bytes) -> None:
+                data = redactors[stream].feed(data)
+                if data:
+                    take(stream, data)
+
+            on_output = take_redacted if redactors else take
 
             def on_tick() -> None:
                 now = time.monotonic()
@@ -283,6 +302,10 @@ class SandboxSession:
                 # Cancelled mid-command: the output so far and the end still belong in the record.
                 stopped = exc
                 result = ExecResult(None, False, time.monotonic() - began)
+            for stream, redactor in redactors.items():
+                rest = redactor.flush()  # what was held back in case a secret went on
+                if rest:
+                    take(stream, rest)
             if stream_output:
                 flush()
             raw_names = {}

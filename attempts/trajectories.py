@@ -18,6 +18,7 @@ import re
 import tarfile
 from dataclasses import dataclass, field
 
+from . import redaction
 from .agents import AGENT_DIR, PATCH_COMMAND, PATCH_FILE
 from .capture import summary_text
 from .models import Actor, Attempt, EventKind, Outcome
@@ -44,8 +45,6 @@ SHELL_TOOL = {
 }
 ORACLES = ("reference", "noop")
 ROLES = ("system", "user", "assistant")
-REDACTED = "[redacted]"
-MIN_SECRET = 8  # shorter values cannot be redacted without mangling ordinary text
 
 
 @dataclass
@@ -69,19 +68,12 @@ class Conversation:
         return turns
 
 
-class Redaction:
-    """Replaces the secret values of an attempt (its saved agent's environment) in text."""
-
-    def __init__(self, values):
-        kept = sorted({v for v in values if isinstance(v, str) and len(v) >= MIN_SECRET}, key=len)
-        self.pattern = re.compile("|".join(re.escape(v) for v in reversed(kept))) if kept else None
-
-    def __call__(self, text: str) -> str:
-        return self.pattern.sub(REDACTED, text) if self.pattern and text else text
-
-
-def redaction_for(attempt: Attempt) -> Redaction:
-    return Redaction((attempt.agent_env or {}).values())
+def redaction_for(attempt: Attempt):
+    """The attempt's secrets (redaction.secrets_of: kept out of its timeline already; again
+    here, for timelines recorded before), and its container id and worker host (those belong
+    to the attempts format only)."""
+    where = [attempt.container_id, attempt.container_id[:12], attempt.host]
+    return redaction.Redactor([*redaction.secrets_of(attempt), *where]).text
 
 
 def policy_of(attempt: Attempt) -> str:

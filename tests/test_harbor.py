@@ -353,3 +353,19 @@ def test_image_overrides_a_harbor_tasks_dockerfile(docker_ready):
         "/workspace",
     )
     assert task.agent_user == "sandbox" and "build:" not in out.getvalue()
+
+
+@pytest.mark.worker
+def test_a_pool_steps_a_harbor_task_in_its_folder_as_its_user(web, worker, docker_ready):
+    from boltz import Action
+    from tests.conftest import sdk_client
+
+    run_import(HARBOR / "csv-sum")
+    with sdk_client(web, "harbor-pool") as client, client.pool(task="csv-sum", size=1) as pool:
+        (first,) = pool.reset()
+        assert first.cwd == "/app"
+        (seen,) = pool.step(["pwd; id -u"])
+        assert seen.observation.stdout == "/app\n0\n"
+        (done,) = pool.step([Action(write={"sum.txt": "42\n"}, submit=True)])
+        assert done.terminated and done.reward == 1.0 and not done.masked
+        assert done.observation.written == ["/app/sum.txt"]
