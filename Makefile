@@ -2,8 +2,11 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# The CPU build of torch (from /opt/wheels or PyTorch's CPU index), named in the same pip command
+# as the `train` extra so that pip never picks the CUDA build (~3 GB).
+TORCH ?= torch==2.13.0
 
-.PHONY: install services image demo stop test test-postgres bench lint worker web ci
+.PHONY: install services image demo stop test test-train test-postgres bench lint worker web ci
 
 install: $(VENV)/.installed
 
@@ -11,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 && $(PYTHON) -c "import ensurepip" 2>/dev/null || scripts/services.sh python
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,postgres,gym,inspect,mini]'
+	$(PY) -m pip install -q -e '.[dev,postgres,gym,inspect,mini,train]' $(TORCH)
 	touch $@
 
 services:
@@ -31,6 +34,11 @@ test: install services image
 	scripts/services.sh browser
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest
+
+# The training exports alone (`make test` runs them too): they load with Hugging Face datasets and
+# train a step with TRL on a tiny model, on CPU and offline (the `train` extra).
+test-train: install services image
+	$(PY) -m pytest -m train
 
 # The pipeline and page tests again, on PostgreSQL (SQLite is the default everywhere else).
 test-postgres: install services image
