@@ -147,6 +147,7 @@ class SandboxOut(Schema):
     labels: dict[str, str]
     agent: str
     host: str
+    cwd: str = "/workspace"
     created_at: datetime
     expires_at: datetime | None
     url: str
@@ -267,6 +268,7 @@ def sandbox_out(request, attempt: Attempt, check: CheckResult | None = None) -> 
         "labels": attempt.labels,
         "agent": attempt.agent,
         "host": attempt.host,
+        "cwd": attempt.task.workdir or "/workspace",
         "created_at": attempt.created_at,
         "expires_at": attempt.expires_at,
         "url": _url(request, attempt),

@@ -212,6 +212,7 @@ class BoltzEnvironment:
             # `platform.uname()`): the sandbox is a Linux container on a host unknown here.
             {"system": "Linux", "node": sandbox.name, "release": "", "version": "", "machine": ""},
             {
+                "cwd": self.config.cwd or sandbox.info.cwd,
                 "boltz_task": self.config.task,
                 "instruction": self.instruction,
                 "sandbox_id": sandbox.id,

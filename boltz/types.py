@@ -204,6 +204,7 @@ class SandboxInfo:
     labels: dict[str, str] = field(default_factory=dict)
     agent: str = ""
     host: str = ""
+    cwd: str = "/workspace"
     created_at: str | None = None
     expires_at: str | None = None
     url: str = ""
