@@ -369,3 +369,38 @@ def test_a_pool_steps_a_harbor_task_in_its_folder_as_its_user(web, worker, docke
         (done,) = pool.step([Action(write={"sum.txt": "42\n"}, submit=True)])
         assert done.terminated and done.reward == 1.0 and not done.masked
         assert done.observation.written == ["/app/sum.txt"]
+
+
+@pytest.mark.worker
+def test_root_is_taken_through_the_api_only_where_the_task_allows_it(web, worker, docker_ready):
+    from boltz import BoltzError
+    from tests.conftest import sdk_client
+
+    run_import(HARBOR / "no-reward")  # its image runs as `sandbox`; Harbor allows root
+    with sdk_client(web, "harbor-root") as client:
+        sandbox = client.sandbox(task="no-reward")
+        try:
+            assert sandbox.exec("id -un").stdout == "sandbox\n"
+            assert sandbox.exec("id -u", user="root").stdout == "0\n"
+        finally:
+            sandbox.close()
+        plain = client.sandbox(image="boltz-sandbox:bookworm")
+        try:
+            with pytest.raises(BoltzError, match="never run as root"):
+                plain.exec("id -u", user="root")
+        finally:
+            plain.close()
+
+
+@pytest.mark.worker
+def test_a_pools_submit_on_a_broken_verifier_is_masked_never_zero(web, worker, docker_ready):
+    from boltz import Action
+    from tests.conftest import sdk_client
+
+    run_import(HARBOR / "no-reward")
+    with sdk_client(web, "harbor-mask") as client, client.pool(task="no-reward", size=1) as pool:
+        pool.reset()
+        (done,) = pool.step([Action(run="touch done.txt", submit=True)])
+        assert done.terminated and done.reward is None and done.masked
+        assert done.info["failure_kind"] == "verifier_error"
+        assert "no reward file" in done.info["error"]
