@@ -56,6 +56,17 @@ def task():
     return task
 
 
+def ran(task, number: int, command: str, stdout: str = "", **fields) -> Attempt:
+    """A finished attempt whose agent ran one command (exit 0)."""
+    values = {"agent": "command", "agent_command": command, "status": "finished"}
+    attempt = Attempt.objects.create(task=task, number=number, **{**values, **fields})
+    end = {"phase": "end", "command": command, "exec": 1, "exit_code": 0}
+    if stdout:
+        end["stdout"] = {"head": stdout, "tail": ""}
+    Event.objects.create(attempt=attempt, seq=1, kind="exec", actor="agent", data=end)
+    return attempt
+
+
 def export(tmp_path, *args) -> list[dict]:
     out = tmp_path / "out.jsonl"
     call_command("export_task", "t", *args, "-o", str(out))
@@ -111,22 +122,7 @@ def test_sft_hf_has_objects_for_arguments_and_empty_strings_for_content(task, tm
 
 
 def test_sft_keeps_only_trainable_examples_unless_asked_then_weighs_them_zero(task, tmp_path):
-    failed = Attempt.objects.create(
-        task=task,
-        number=4,
-        agent="command",
-        agent_command="ls",
-        status="finished",
-        outcome="failed",
-        score=0.0,
-    )
-    Event.objects.create(
-        attempt=failed,
-        seq=1,
-        kind="exec",
-        actor="agent",
-        data={"phase": "end", "command": "ls", "exec": 1, "exit_code": 0},
-    )
+    ran(task, 4, "ls", outcome="failed", score=0.0)
     assert len(export(tmp_path, "--format", "sft")) == 1  # noop and failures left out
     everything = export(tmp_path, "--format", "sft", "--include-all", "--include-oracles")
     weights = [
@@ -221,23 +217,7 @@ def test_an_attempt_the_check_gave_no_score_is_masked_never_zero(task, tmp_path)
 
 
 def test_pairs_give_dpo_chosen_and_rejected_and_kto_labels_within_a_group(task, tmp_path):
-    worse = Attempt.objects.create(
-        task=task,
-        number=4,
-        agent="command",
-        agent_command="true",
-        status="finished",
-        outcome="failed",
-        score=0.0,
-        base_commit="a" * 40,
-    )
-    Event.objects.create(
-        attempt=worse,
-        seq=1,
-        kind="exec",
-        actor="agent",
-        data={"phase": "end", "command": "true", "exec": 1, "exit_code": 0},
-    )
+    worse = ran(task, 4, "true", outcome="failed", score=0.0, base_commit="a" * 40)
     Attempt.objects.filter(number=1).update(base_commit="a" * 40)
     (pair,) = export(tmp_path, "--format", "pairs")
     assert [m["role"] for m in pair["prompt"]] == ["system", "user"]
@@ -255,27 +235,15 @@ def test_pairs_give_dpo_chosen_and_rejected_and_kto_labels_within_a_group(task, 
 
 def test_a_saved_agents_secret_is_redacted_from_every_training_format(task, tmp_path):
     secret = "sk-live-0123456789abcdef"
-    leaky = Attempt.objects.create(
-        task=task,
-        number=4,
+    ran(
+        task,
+        4,
+        f"echo {secret}",
+        f"{secret}\n",
         agent="mine",
-        status="finished",
         outcome="passed",
         score=1.0,
         agent_env={"OPENAI_API_KEY": secret},
-    )
-    Event.objects.create(
-        attempt=leaky,
-        seq=1,
-        kind="exec",
-        actor="agent",
-        data={
-            "phase": "end",
-            "command": f"echo {secret}",
-            "exec": 1,
-            "exit_code": 0,
-            "stdout": {"head": f"{secret}\n", "tail": ""},
-        },
     )
     for fmt in (("sft",), ("sft", "--flavour", "hf"), ("rl",), ("pairs", "--flavour", "kto")):
         text = json.dumps(export(tmp_path, "--format", *fmt))
