@@ -4,6 +4,7 @@ removes containers nobody needs and ends attempts whose worker was lost."""
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 
 from django.conf import settings
@@ -61,6 +62,9 @@ def _mark_removed(attempt_id: int, why: str) -> None:
             Timeline(attempt_id).add(
                 EventKind.LIFECYCLE, message=f"reaper removed the sandbox: {why}"
             )
+
+
+SNAPSHOT_MAX_AGE = 3600.0
 
 
 def _attempt_id(container: dict) -> int | None:
@@ -123,6 +127,15 @@ def reap_host(host: str | None = None, now=None) -> dict:
     for container, attempt_id in containers:
         attempt = attempts.get(attempt_id)
         why = None
+        if container["labels"].get(runtime.LABEL_ROLE) == "snapshot":
+            # An import reading an image's working folder (a second or so); one an hour old
+            # was left by an import that died.
+            if time.time() - container.get("created", 0) > SNAPSHOT_MAX_AGE:
+                runtime.remove_container(container["id"])
+                removed.append(
+                    {"container": container["name"], "attempt": None, "why": "an old snapshot"}
+                )
+            continue
         is_check = container["labels"].get(runtime.LABEL_ROLE) == "check"
         if is_check and (
             attempt is None

@@ -192,3 +192,25 @@ def _pool_children(root: int, name: str) -> list[int]:
         commands[int(entry)] = command
     workers = [p for p in parents.get(root, []) if name in commands.get(p, "")]
     return [child for worker in workers for child in parents.get(worker, [])]
+
+
+def test_the_reaper_leaves_an_imports_snapshot_container_alone_while_it_is_young(docker_ready):
+    """An import reads an image's working folder from a container it creates and removes a
+    second later; a reaper pass in that second must not take it away."""
+    from attempts import reaper
+    from attempts.sandbox import runtime
+
+    labels = {
+        runtime.LABEL_HOST: "test-host",
+        runtime.LABEL_INSTANCE: os.environ["BOLTZ_INSTANCE"],
+        runtime.LABEL_ROLE: "snapshot",
+    }
+    created = runtime.client().api.create_container(
+        "boltz-sandbox:bookworm", command=["true"], network_disabled=True, labels=labels
+    )["Id"]
+    try:
+        report = reaper.reap_host("test-host")
+        assert runtime.inspect_container(created) is not None, report
+        assert not any(r.get("why") == "an old snapshot" for r in report.get("removed", []))
+    finally:
+        runtime.remove_container(created)

@@ -218,6 +218,7 @@ def list_sandboxes(*, all_hosts: bool = False, any_instance: bool = False) -> li
             "name": (c.get("Names") or ["?"])[0].lstrip("/"),
             "status": c.get("State", ""),
             "labels": c.get("Labels") or {},
+            "created": c.get("Created") or 0,
         }
         for c in client().api.containers(all=True, filters=filters)
     ]
