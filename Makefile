@@ -2,11 +2,11 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-# The CPU build of torch (from /opt/wheels or PyTorch's CPU index), named in the same pip command
-# as the `train` extra so that pip never picks the CUDA build (~3 GB).
+# The CPU build of torch (a wheel these machines keep for pip), named in the same pip command as
+# the `train` extra so that pip never picks the CUDA build (~3 GB).
 TORCH ?= torch==2.13.0
 
-.PHONY: install services image demo stop test test-train test-postgres bench lint worker web ci
+.PHONY: install install-train services image demo stop test test-train test-postgres bench lint worker web ci
 
 install: $(VENV)/.installed
 
@@ -14,7 +14,15 @@ $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 && $(PYTHON) -c "import ensurepip" 2>/dev/null || scripts/services.sh python
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,postgres,gym,inspect,mini,train]' $(TORCH)
+	$(PY) -m pip install -q -e '.[dev,postgres,gym,inspect,mini]'
+	touch $@
+
+# What the training-format tests need (TRL, transformers, datasets, torch on the CPU): the suite
+# installs it, the demo does not.
+install-train: $(VENV)/.installed-train
+
+$(VENV)/.installed-train: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[train]' $(TORCH)
 	touch $@
 
 services:
@@ -30,14 +38,14 @@ demo: install services image
 stop:
 	scripts/demo.sh stop
 
-test: install services image
+test: install install-train services image
 	scripts/services.sh browser
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest
 
 # The training exports alone (`make test` runs them too): they load with Hugging Face datasets and
 # train a step with TRL on a tiny model, on CPU and offline (the `train` extra).
-test-train: install services image
+test-train: install install-train services image
 	$(PY) -m pytest -m train
 
 # The pipeline and page tests again, on PostgreSQL (SQLite is the default everywhere else).
