@@ -372,7 +372,9 @@ def test_a_pool_steps_a_harbor_task_in_its_folder_as_its_user(web, worker, docke
 
 
 @pytest.mark.worker
-def test_root_is_taken_through_the_api_only_where_the_task_allows_it(web, worker, docker_ready):
+def test_root_is_taken_through_the_api_only_where_the_task_allows_it(
+    web, worker, docker_ready, load_example
+):
     from boltz import BoltzError
     from tests.conftest import sdk_client
 
@@ -384,7 +386,8 @@ def test_root_is_taken_through_the_api_only_where_the_task_allows_it(web, worker
             assert sandbox.exec("id -u", user="root").stdout == "0\n"
         finally:
             sandbox.close()
-        plain = client.sandbox(image="boltz-sandbox:bookworm")
+        load_example("fix-add")  # a Boltz task: its commands never run as root
+        plain = client.sandbox(task="fix-add")
         try:
             with pytest.raises(BoltzError, match="never run as root"):
                 plain.exec("id -u", user="root")
