@@ -57,6 +57,13 @@ class CommandRun:
         return self.stdout.truncated or self.stderr.truncated
 
 
+# Users resolved per sandbox, once (a task's agent user is looked up on every file operation
+# of an API sandbox): what the image said when first asked, whatever the agent does to its
+# /etc/passwd afterwards.
+_RESOLVED: dict[tuple[str, str, bool], str] = {}
+RESOLVED_KEPT = 4096
+
+
 def files_tar(
     entries: dict[str, bytes], *, mode: int = 0o644, owner: tuple[int, int] | None = None
 ) -> bytes:
@@ -118,7 +125,6 @@ class SandboxSession:
         self.secrets = redactable(secrets)
         self.timeline = Timeline(attempt.pk)
         self.should_stop = should_stop
-        self._users: dict[str, str | None] = {}
 
     @property
     def task(self):
@@ -136,13 +142,14 @@ class SandboxSession:
         image lacks or may not have raises TaskInvalid."""
         if not user or self.task is None:
             return None
-        if user not in self._users:
+        key = (self.sandbox.id, user, self.task.allow_root)
+        if key not in _RESOLVED:
             found = {
                 name: self.sandbox.read_files(f"/etc/{name}", max_bytes=4 << 20).get(name, b"")
                 for name in ("passwd", "group")
             }
             try:
-                self._users[user] = resolve_user(
+                ids = resolve_user(
                     user,
                     passwd=found["passwd"],
                     group=found["group"],
@@ -150,7 +157,10 @@ class SandboxSession:
                 )
             except UserRefused as exc:
                 raise TaskInvalid("user", exc.message) from None
-        return self._users[user]
+            if len(_RESOLVED) >= RESOLVED_KEPT:
+                _RESOLVED.clear()
+            _RESOLVED[key] = ids
+        return _RESOLVED[key]
 
     @property
     def agent_user(self) -> str | None:
