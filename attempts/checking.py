@@ -358,7 +358,7 @@ class Check:
                 "its reward cannot be trusted"
             )
             score.passed, score.error, score.summary = False, "", score.problem
-            score.score = 0.0
+            score.score, score.reward = 0.0, None
         score.verifier_tools = [*tools, *suspect]
         if ooms is not None and after is not None and after > ooms and not score.passed:
             limit = memory_text(task.memory_bytes)
@@ -377,7 +377,7 @@ class Check:
                 score=score.score,
                 source=score.source,
                 mode=mode,
-                summary=score.error or score.summary,
+                summary=score.summary,
                 problem=score.problem,
                 verifier_error=bool(score.error),
                 ignored_reward_files=score.ignored_reward_files,
@@ -422,7 +422,7 @@ class Check:
             score=score.score,
             source=score.source,
             mode=mode,
-            summary=score.error or score.summary,
+            summary=score.summary,
             problem=score.problem,
             verifier_error=bool(score.error),
             tests_passed=score.tests_passed,

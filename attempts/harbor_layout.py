@@ -12,13 +12,11 @@ from __future__ import annotations
 import io
 import tarfile
 
+from .scoring import HARBOR_VERIFIER_DIR
 from .session import CommandRun, SandboxSession
 
 LOGS = "/logs"
-VERIFIER_LOGS = "/logs/verifier"
-TESTS = "/tests"
-SOLUTION = "/solution"
-VERIFIER_COMMAND = "bash /tests/test.sh"
+VERIFIER_LOGS = HARBOR_VERIFIER_DIR
 
 # Run as the agent's user: /tests can only be there if the agent made it (Harbor's images
 # have none); a replaced /logs or /logs/verifier is the agent's doing too.
@@ -57,37 +55,39 @@ VERIFIER_TOOLS = (
     "/usr/bin/env",
     "/usr/bin/python*",
     "/usr/local/bin/python*",
-    "/usr/bin/pytest*",
-    "/usr/local/bin/pytest*",
     "/usr/local/bin/bash",
     "/usr/local/bin/sh",
     "/etc/ld.so.preload",
     "/etc/bash.bashrc",
-    "*/_pytest/*",
-    "*/pytest/*",
-    "*/pluggy/*",
     "*/sitecustomize.py",
     "*/usercustomize.py",
 )
+# pytest as the image has it: changing or deleting its files is the agent's doing; adding
+# them is what `pip install pytest` does, so an added one is reported, not failed.
+TEST_TOOLS = ("/usr/bin/pytest*", "/usr/local/bin/pytest*", "*/_pytest/*", "*/pytest/*")
+TEST_TOOLS += ("*/pluggy/*",)
 # Changed by ordinary package installs too (a .pth file runs code at Python's start-up):
 # reported for the reviewer, never failing the check.
 SUSPECT = ("*/site-packages/*.pth", "*/dist-packages/*.pth")
 
 
 def touched_tools(changed: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
-    """Among the container's changed paths, as "path (how)": the verifier's tools, and the
-    suspect ones (reported only)."""
+    """Among the container's changed paths, as "path (how)": the verifier's tools the agent
+    changed (the check fails), and the suspect ones (reported only)."""
     from fnmatch import fnmatchcase
 
-    def matching(patterns) -> list[str]:
-        return [
-            f"{path} ({how})"
-            for path, how in changed
-            if not path.startswith(("/tmp/", "/logs/", "/solution/", "/tests/"))
-            and any(fnmatchcase(path, pattern) for pattern in patterns)
-        ]
+    def matches(path: str, patterns) -> bool:
+        return any(fnmatchcase(path, pattern) for pattern in patterns)
 
-    return matching(VERIFIER_TOOLS), matching(SUSPECT)
+    tools, suspect = [], []
+    for path, how in changed:
+        if path.startswith(("/tmp/", "/logs/", "/solution/", "/tests/")):
+            continue
+        if matches(path, VERIFIER_TOOLS) or (how != "added" and matches(path, TEST_TOOLS)):
+            tools.append(f"{path} ({how})")
+        elif matches(path, (*SUSPECT, *TEST_TOOLS)):
+            suspect.append(f"{path} ({how})")
+    return tools, suspect
 
 
 def ids(user: str | None) -> tuple[int, int]:

@@ -472,8 +472,11 @@ class CheckResult(models.Model):
         return f"check of {self.attempt_id}: {'passed' if self.passed else 'failed'}"
 
     @property
-    def as_reward(self) -> float:
-        """What the check is worth as a reward: its score, or 1.0 / 0.0 when it gave none."""
+    def as_reward(self) -> float | None:
+        """What the check is worth as a reward: its score, or 1.0 / 0.0 when it gave none;
+        None (no reward, never 0) when the task's own verifier failed."""
+        if self.verifier_error:
+            return None
         return float(self.score) if self.score is not None else (1.0 if self.passed else 0.0)
 
 

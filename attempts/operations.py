@@ -23,7 +23,7 @@ from . import session as files
 from .bundle import check_record
 from .changes import ChangesUnavailable
 from .episodes import end_episode
-from .errors import AttemptGone, InfrastructureError, SandboxGone
+from .errors import AttemptGone, InfrastructureError, SandboxGone, TaskInvalid
 from .heartbeat import beating
 from .image_tasks import has_check
 from .models import (
@@ -42,6 +42,7 @@ from .sandbox.runtime import Sandbox
 from .session import FileOpError, SandboxSession, update_attempt
 from .trees import AttemptTrees
 from .users import UserRefused, resolve_user
+from .workspace import SANDBOX_UID
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +203,8 @@ def run_operation(attempt_id: int, op: str, args: dict) -> dict:
         return Refused(status, exc.code, exc.message).as_dict()
     except ChangesUnavailable as exc:
         return Refused(409, "changes_unavailable", f"changes unavailable: {exc.reason}").as_dict()
+    except TaskInvalid as exc:  # the task's user is not (any more) in the sandbox's image
+        return Refused(409, "task_invalid", f"{exc.field}: {exc.message}").as_dict()
     except (SandboxGone, InfrastructureError) as exc:
         return Refused(502, "infrastructure", f"infrastructure error: {exc.reason}").as_dict()
     except AttemptGone:
@@ -320,7 +323,9 @@ def _exec(
 
 def _run_as(session: SandboxSession, user: str) -> str:
     """`uid:gid` of a user of the sandbox's image (root only where the task allows it), from
-    its own passwd file."""
+    its own passwd file; the sandbox user's uid is Boltz's own."""
+    if user == str(SANDBOX_UID):
+        return f"{SANDBOX_UID}:{SANDBOX_UID}"
     found = {
         name: session.sandbox.read_files(f"/etc/{name}", max_bytes=4 << 20).get(name, b"")
         for name in ("passwd", "group")
@@ -450,10 +455,9 @@ def _step(
             else:
                 observation["check"] = check_record(result)
                 reward, terminated = result.as_reward, True
-                if result.verifier_error:  # the task's verifier broke: no reward, never 0
+                if reward is None:  # the task's verifier broke: no reward, never 0
                     masked = {"masked": True, "failure_kind": "verifier_error"}
                     masked["error"] = result.summary
-                    reward = None
     if not terminated and (step_number >= max_steps or time.time() >= episode_deadline):
         truncated = True
     if terminated or truncated:

@@ -404,10 +404,9 @@ def _request(pool: Pool, index: int, episode: Attempt | None, action: dict, time
         "episode_deadline": deadline,
         "container": episode.container_id,
     }
-    task = episode.task
-    if task.workdir != "/workspace" or task.agent_user:  # where and as whom the agent works
-        args["task"] = {name: getattr(task, name) for name in SESSION_TASK_FIELDS}
-        args["task"]["id"] = task.pk
+    task = episode.task  # where and as whom the agent works, and what it must never show
+    args["task"] = {name: getattr(task, name) for name in SESSION_TASK_FIELDS}
+    args["task"]["id"] = task.pk
     return (episode.host, episode.pk, "step", args, wait), episode
 
 
@@ -693,6 +692,6 @@ def _episode_rewards(attempt_ids: list[int]) -> dict[int, float]:
     checks = CheckResult.objects.filter(
         attempt_id__in=attempt_ids, attempt__episode_end="terminated"
     ).order_by("attempt_id", "-pk")
-    for check in checks.only("attempt_id", "score", "passed"):
+    for check in checks.only("attempt_id", "score", "passed", "verifier_error"):
         rewards.setdefault(check.attempt_id, check.as_reward)
-    return rewards
+    return {pk: reward for pk, reward in rewards.items() if reward is not None}

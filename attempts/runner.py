@@ -168,13 +168,16 @@ class AttemptRunner:
                     data={**progress.data, "progress": line[:300]}
                 )
 
-        task_images.ensure_task_image(task, progress=on_line)
+        built = task_images.ensure_task_image(task, progress=on_line)
         Event.objects.filter(pk=progress.pk).update(data=progress.data)
         self.timeline.add(
             EventKind.LIFECYCLE,
             status=Status.STARTING,
             message=f"built the task's image {task.image_name} from its Dockerfile on "
-            f"{settings.BOLTZ_HOST} (the build log is on the task's page)",
+            f"{settings.BOLTZ_HOST} (the build log is on the task's page)"
+            if built
+            else f"the task's image {task.image_name} was built meanwhile by another attempt "
+            "on this host",
         )
 
     def start(self) -> None:

@@ -428,8 +428,10 @@ def exec_user(user: str | None, *, allow_root=lambda: False) -> str:
     name or uid the worker looks up in the sandbox. Root only where the task allows it (a
     Harbor task whose image runs as root; `allow_root()` says), and never with capabilities."""
     user = (user or "").strip()
-    if user in ("", "sandbox", str(SANDBOX_UID)):
+    if not user:
         return ""
+    if user in ("sandbox", str(SANDBOX_UID)):  # asked for by name: that user, not the task's
+        return str(SANDBOX_UID)
     if not USER_NAME.fullmatch(user):
         raise ApiError(400, "invalid", "user: give a user name or a uid (no group)")
     if user in ("root", "0") and not allow_root():

@@ -16,11 +16,6 @@ STAGES = ("environment", "solution", "verifier")
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-def names(stage_env: dict) -> dict[str, list[str]]:
-    """stage -> the names it sets (what pages show)."""
-    return {stage: sorted((stage_env or {}).get(stage) or {}) for stage in STAGES}
-
-
 def resolve(stage_env: dict, stage: str, environ: dict[str, str] | None = None) -> dict[str, str]:
     """The stage's variables with `${NAME}` read from the worker's environment. A reference
     to a variable the worker does not set (and has no default) is TaskInvalid."""

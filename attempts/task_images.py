@@ -174,7 +174,7 @@ def ensure_task_image(task: Task, *, progress: Callable[[str], None] | None = No
     """Make sure this host has the task's image, building it from the task's Dockerfile when
     it has one; True when it was built now. A failed build is kept in the task's build log and
     raises TaskInvalid with the build's last lines."""
-    if not task.build_context or runtime.image_exists(task.image_name):
+    if not task.build_context:
         return False
     try:
         _tag, log = build(bytes(task.build_context), progress=progress)

@@ -40,11 +40,17 @@ PAIRS_PER_GROUP = 32
 
 def rows(attempts: QuerySet[Attempt], spec) -> Iterator[tuple[dict, dict]]:
     """(line, metadata) per example of a training format."""
+    if spec.fmt == "sft" and not spec.include_all:  # only what may be trained on is read
+        if spec.min_score is not None:
+            attempts = attempts.filter(score__gte=spec.min_score)
+        else:
+            attempts = attempts.filter(outcome=Outcome.PASSED)
     examples = _examples(attempts, spec)
     if spec.fmt == "sft":
         for example in examples:  # never a conversation with no assistant turn
             if example.trainable or (spec.include_all and example.turns):
-                yield _sft(example, spec), example.meta(spec)
+                meta = example.meta(spec)
+                yield _sft(example, spec, meta), meta
     elif spec.fmt == "pairs":
         yield from (_dpo_pairs(list(examples)) if spec.flavour == "dpo" else _kto_rows(examples))
     elif spec.fmt == "rl":
@@ -96,7 +102,7 @@ def _examples(attempts: QuerySet[Attempt], spec) -> Iterator[Example]:
         yield from (Example(a, spec) for a in batch)
 
 
-def _sft(example: Example, spec) -> dict:
+def _sft(example: Example, spec, meta: dict) -> dict:
     messages = [*example.convo.prompt, *example.turns]
     if spec.flavour == "openai":
         messages = openai_messages(messages)
@@ -106,7 +112,7 @@ def _sft(example: Example, spec) -> dict:
                 {**m, "weight": weight} if m["role"] == "assistant" else m for m in messages
             ]
         return {"messages": messages, "tools": [SHELL_TOOL], "parallel_tool_calls": False}
-    line = {"messages": messages, "tools": [SHELL_TOOL], "metadata": example.meta(spec)}
+    line = {"messages": messages, "tools": [SHELL_TOOL], "metadata": meta}
     if spec.include_all:
         line["weight"] = 1 if example.trainable else 0
     return line

@@ -45,7 +45,8 @@ def test_an_unknown_user_is_named_in_the_refusal():
 
 
 def test_the_web_refuses_root_and_malformed_users_before_any_worker_is_asked():
-    assert exec_user(None) == exec_user("sandbox") == exec_user("1000") == ""
+    assert exec_user(None) == exec_user("") == ""
+    assert exec_user("sandbox") == exec_user("1000") == "1000"  # that user, not the task's
     assert exec_user("nobody") == "nobody"
     for bad, code in (("root", "user_not_allowed"), ("0", "user_not_allowed"), ("a:b", "invalid")):
         with pytest.raises(ApiError) as refused:
