@@ -41,7 +41,7 @@ from .runner import AttemptRunner, claim, scratch_folder, verdict_of
 from .sandbox.runtime import Sandbox
 from .session import FileOpError, SandboxSession, update_attempt
 from .trees import AttemptTrees
-from .users import UserRefused, resolve_user
+from .users import UserRefused
 from .workspace import SANDBOX_UID
 
 log = logging.getLogger(__name__)
@@ -326,17 +326,8 @@ def _run_as(session: SandboxSession, user: str) -> str:
     its own passwd file; the sandbox user's uid is Boltz's own."""
     if user == str(SANDBOX_UID):
         return f"{SANDBOX_UID}:{SANDBOX_UID}"
-    found = {
-        name: session.sandbox.read_files(f"/etc/{name}", max_bytes=4 << 20).get(name, b"")
-        for name in ("passwd", "group")
-    }
     try:
-        return resolve_user(
-            user,
-            passwd=found["passwd"],
-            group=found["group"],
-            allow_root=session.attempt.task.allow_root,
-        )
+        return session.lookup_user(user)
     except UserRefused as exc:
         raise Refused(400, exc.code, f"user: {exc.message}") from None
 

@@ -142,23 +142,27 @@ class SandboxSession:
         image lacks or may not have raises TaskInvalid."""
         if not user or self.task is None:
             return None
-        if self.task.allow_root and user in ("root", "0"):
+        try:
+            return self.lookup_user(user)
+        except UserRefused as exc:
+            raise TaskInvalid("user", exc.message) from None
+
+    def lookup_user(self, user: str) -> str:
+        """`uid:gid` of a user of the sandbox's image, read from its own /etc/passwd and
+        /etc/group once per sandbox; root only where the task allows it. UserRefused (with its
+        code) otherwise."""
+        allow_root = bool(self.task and self.task.allow_root)
+        if allow_root and user in ("root", "0"):
             return "0:0"
-        key = (self.sandbox.id, user, self.task.allow_root)
+        key = (self.sandbox.id, user, allow_root)
         if key not in _RESOLVED:
             found = {
                 name: self.sandbox.read_files(f"/etc/{name}", max_bytes=4 << 20).get(name, b"")
                 for name in ("passwd", "group")
             }
-            try:
-                ids = resolve_user(
-                    user,
-                    passwd=found["passwd"],
-                    group=found["group"],
-                    allow_root=self.task.allow_root,
-                )
-            except UserRefused as exc:
-                raise TaskInvalid("user", exc.message) from None
+            ids = resolve_user(
+                user, passwd=found["passwd"], group=found["group"], allow_root=allow_root
+            )
             if len(_RESOLVED) >= RESOLVED_KEPT:
                 _RESOLVED.clear()
             _RESOLVED[key] = ids
