@@ -10,6 +10,7 @@ folder.
 from __future__ import annotations
 
 import re
+import shlex
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -17,13 +18,20 @@ from dataclasses import dataclass
 # Compiled files that could stand in for a test module: reset like the rest, but an agent that
 # merely ran Python leaves them (ignored by .gitignore), which is not worth a reviewer's flag.
 QUIET_PROTECTED = ("**/__pycache__", "**/*.pyc", "**/*.pyo")
-# Protected for every task: what pytest reads before it runs a test (conftest files and its
-# configuration files wherever they are, package metadata whose entry points load plugins,
-# interpreter start-up hooks) and compiled files.
-DEFAULT_PROTECTED = (
+# Files Python imports that no reviewer can read: a compiled extension next to an unchanged
+# module is imported in its place. The check never uses one the agent added or changed unless
+# the task allows compiled files (`compiled_files = "allow"`); the tamper report names them.
+COMPILED = ("**/*.so", "**/*.pyd", "**/*.so.[0-9]*")
+# Protected for every task: what pytest reads before it runs a test (conftest files and every
+# spelling of its configuration files wherever they are, package metadata whose entry points
+# load plugins, interpreter start-up hooks) and compiled files. Matched case-insensitively:
+# importlib finds `X.DIST-INFO` as readily as `x.dist-info`.
+CONFIG_PROTECTED = (
     "**/conftest.py",
     "**/pytest.ini",
     "**/.pytest.ini",
+    "**/pytest.toml",
+    "**/.pytest.toml",
     "**/tox.ini",
     "**/setup.cfg",
     "**/pyproject.toml",
@@ -31,13 +39,16 @@ DEFAULT_PROTECTED = (
     "**/*.egg-info",
     "**/*.egg-link",
     "*.pth",
-    "**/sitecustomize.py",
-    "**/usercustomize.py",
-    *QUIET_PROTECTED,
 )
+# Interpreter start-up hooks: protected, except where the repository itself has one in its
+# base tree (its own code, which an honest fix may change).
+STARTUP_HOOKS = ("**/sitecustomize.py", "**/usercustomize.py")
+DEFAULT_PROTECTED = (*CONFIG_PROTECTED, *STARTUP_HOOKS, *QUIET_PROTECTED)
 # `python -m pytest` puts /workspace first on sys.path: a module or package at its top named
 # like pytest, one of its dependencies or a standard-library module would be imported instead
-# of the real one, before any test runs. Names common as a repository's own folders are left.
+# of the real one, before any test runs. Protected only where the base has no such module: a
+# repository whose own package is one of these (tomli, pluggy, more-itertools...) is fixed in
+# that package like any other.
 SHADOWED_MODULES = frozenset(
     {
         "pytest",
@@ -57,6 +68,10 @@ SHADOWED_MODULES = frozenset(
     }
     - {"test", "this", "antigravity", "idlelib", "turtledemo"}
 )
+# A folder the check's test files sit in is a test folder when one of its names says so; the
+# whole folder is then the task's (reset to the base plus the hidden files before the check).
+# A test file at the top, or in a package's own folder, protects only itself.
+TEST_FOLDER_NAMES = re.compile(r"(?i)^(tests?|testing|test_.*|.*_tests?)$")
 
 
 class PatternError(ValueError):
@@ -131,42 +146,136 @@ def _compile(pattern: str) -> re.Pattern:
             regex += "(?:[^/]+/)*"
         else:
             regex += _segment_regex(segment) + ("" if last else "/")
-    # The pattern names a path or one of its folders: match it, or anything inside it.
-    return re.compile("(?s:" + regex + ")(?:/.*)?\\Z")
+    # The pattern names a path or one of its folders: match it, or anything inside it. Case
+    # does not matter: what pytest and importlib read is found in more than one spelling.
+    return re.compile("(?si:" + regex + ")(?:/.*)?\\Z")
+
+
+def _ancestors(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def folders_of_tests(paths: Iterable[str]) -> frozenset[str]:
+    """The test folders of a check's test files: each file's folder, when one of its names
+    says it holds tests (`tests`, `testing`, `test_x`, `x_tests`)."""
+    folders = set()
+    for path in paths:
+        folder = path.rpartition("/")[0]
+        if folder and any(TEST_FOLDER_NAMES.match(name) for name in folder.split("/")):
+            folders.add(folder)
+    # A folder inside another test folder adds nothing.
+    return frozenset(f for f in folders if not any(a in folders for a in _ancestors(f)))
+
+
+def check_command_paths(command: str, base: Iterable[str]) -> list[str]:
+    """The base's files and folders a check command names (`pytest tests/test_a.py::t tests`),
+    as file paths: a named folder gives a path inside it. Words that name nothing in the base
+    are left out; a command that cannot be split names nothing."""
+    try:
+        words = shlex.split(command, comments=True)
+    except ValueError:
+        return []
+    files = set(base)
+    folders = {a for p in files for a in _ancestors(p)}
+    named = []
+    for word in words:
+        path = word.split("::", 1)[0].rstrip("/")
+        while path.startswith("./"):
+            path = path[2:]
+        path = path.removeprefix("/workspace/")
+        if not path or path.startswith("-"):
+            continue
+        if path in files:
+            named.append(path)
+        elif path in folders:
+            named.append(f"{path}/*")
+    return named
 
 
 @dataclass(frozen=True)
 class Protection:
-    """The protected paths of a task: patterns and literal paths (hidden check files)."""
+    """The protected paths of a task: patterns and literal paths (hidden check files), the
+    test folders that belong to the task, and the modules that would shadow what pytest
+    imports. `base`: the base tree's paths; a default never covers the repository's own code
+    there (a top-level module, a start-up hook it has)."""
 
     patterns: tuple[str, ...]
     literal: frozenset[str] = frozenset()
     top_level_modules: frozenset[str] = frozenset()  # name.py or name/ at the top of the tree
+    folders: frozenset[str] = frozenset()  # test folders: everything in them is the task's
+    base: frozenset[str] = frozenset()
+    compiled: bool = True  # compiled files (.so, .pyd) are protected
 
     def __post_init__(self):
-        object.__setattr__(self, "_regexes", tuple(_compile(p) for p in self.patterns))
+        patterns = [*self.patterns, *(COMPILED if self.compiled else ())]
+        object.__setattr__(self, "_regexes", tuple(_compile(p) for p in patterns))
+        hooks = tuple(_compile(p) for p in STARTUP_HOOKS)
+        object.__setattr__(self, "_hooks", hooks)
+        own = {p.split("/", 1)[0] for p in self.base}
+        object.__setattr__(self, "_own", {n[:-3] if n.endswith(".py") else n for n in own})
+        inits = {
+            f"{a}/__init__.py" if a else "__init__.py"
+            for folder in self.folders
+            for a in ["", *_ancestors(folder)]
+        }
+        object.__setattr__(self, "_package_inits", frozenset(inits - self.base))
 
     def covers(self, path: str) -> bool:
         if path in self.literal or any(path.startswith(p + "/") for p in self.literal):
             return True
+        if any(path.startswith(f + "/") for f in self.folders):
+            return True
+        if path in self._package_inits:  # type: ignore[attr-defined]
+            return True  # a new package around the test folders changes what pytest imports
         if self.top_level_modules:
             top, inside, _rest = path.partition("/")
             name = top[:-3] if top.endswith(".py") and not inside else top
-            if name in self.top_level_modules:
+            if name in self.top_level_modules and name not in self._own:  # type: ignore[attr-defined]
                 return True
-        return any(regex.match(path) for regex in self._regexes)  # type: ignore[attr-defined]
+        for regex in self._regexes:  # type: ignore[attr-defined]
+            if regex.match(path):
+                if path in self.base and any(h.match(path) for h in self._hooks):  # type: ignore[attr-defined]
+                    continue  # the repository's own start-up hook
+                return True
+        return False
 
     def select(self, paths: Iterable[str]) -> list[str]:
         return sorted(p for p in paths if self.covers(p))
 
 
 def protection_for(
-    protected_paths: Iterable[str], hidden_paths: Iterable[str] = (), removed: Iterable[str] = ()
+    protected_paths: Iterable[str],
+    hidden_paths: Iterable[str] = (),
+    removed: Iterable[str] = (),
+    *,
+    base: Iterable[str] = (),
+    check_command: str = "",
+    agent_writes_tests: bool = False,
+    compiled_files: str = "remove",
 ) -> Protection:
-    """Every task's defaults, the task's own patterns, its hidden check files and the paths its
-    check removes."""
+    """Every task's defaults, the task's own patterns, its hidden check files, the paths its
+    check removes and (unless the task asks the agent to write tests) the test folders of the
+    files its check runs: its hidden files, the paths it removes, the literal paths it
+    protects and what its check command names. `base`: the paths of the base tree, so no
+    default covers the repository's own code."""
+    hidden, removed, base = list(hidden_paths), list(removed), frozenset(base)
     patterns = tuple(dict.fromkeys([*DEFAULT_PROTECTED, *protected_paths]))
-    return Protection(patterns, frozenset([*hidden_paths, *removed]), SHADOWED_MODULES)
+    literal_files = [p for p in protected_paths if not re.search(r"[*?\[]", p)]
+    named = check_command_paths(check_command, base) if check_command else []
+    folders = (
+        frozenset()
+        if agent_writes_tests
+        else folders_of_tests([*hidden, *removed, *literal_files, *named])
+    )
+    return Protection(
+        patterns,
+        frozenset([*hidden, *removed]),
+        SHADOWED_MODULES,
+        folders=folders,
+        base=base,
+        compiled=compiled_files != "allow",
+    )
 
 
 def changes_to(
@@ -187,7 +296,7 @@ def changes_to(
             report.append({"path": path, "change": "added"})
         elif base[path] != final[path]:
             report.append({"path": path, "change": "modified"})
-    quiet = Protection(QUIET_PROTECTED)
+    quiet = Protection(QUIET_PROTECTED, compiled=False)
     for path in protection.select(set(ignored) - set(base)):
         if not quiet.covers(path):
             report.append({"path": path, "change": "added (ignored by .gitignore)"})
@@ -204,11 +313,6 @@ class ResetPlan:
     restore: list[str]
     parents: list[str]
     folders: list[str]
-
-
-def _ancestors(path: str) -> list[str]:
-    parts = path.split("/")
-    return ["/".join(parts[:i]) for i in range(1, len(parts))]
 
 
 def reset_plan(

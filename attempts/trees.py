@@ -9,6 +9,7 @@ from __future__ import annotations
 import secrets
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from django.conf import settings
@@ -24,6 +25,19 @@ from .session import SandboxSession, update_attempt
 from .workspace import filter_workspace
 
 
+def task_protection(task, base: Iterable[str]) -> Protection:
+    """A task's protected paths over its base tree's paths."""
+    return protection_for(
+        task.protected_paths,
+        task.check_file_paths,
+        task.check_removed_paths,
+        base=base,
+        check_command=task.check_command if task.layout != "harbor" else "",
+        agent_writes_tests=getattr(task, "agent_writes_tests", False),
+        compiled_files=getattr(task, "compiled_files", "remove"),
+    )
+
+
 class AttemptTrees:
     """The base and the checked tree of one attempt, in a scratch folder of the worker's."""
 
@@ -31,12 +45,18 @@ class AttemptTrees:
         self.attempt = attempt
         self.task = attempt.task
         self.scratch = scratch
-        self.protection: Protection = protection_for(
-            self.task.protected_paths, self.task.check_file_paths, self.task.check_removed_paths
-        )
+        self._protection: Protection | None = None
         # The checked tree, once built: (folder, path -> "mode object-id").
         self.checked: tuple[Path, dict[str, str]] | None = None
         self._base_files: dict[str, str] | None = None
+
+    @property
+    def protection(self) -> Protection:
+        """What the check resets to the base (see protected.py), read against the base tree so
+        no default resets the repository's own code."""
+        if self._protection is None:
+            self._protection = task_protection(self.task, self.base_files())
+        return self._protection
 
     # --- the base ----------------------------------------------------------------------------
     def workspace_archive(self) -> Path:
