@@ -203,8 +203,8 @@ class Outcome(models.TextChoices):
     FAILED = "failed"
     AGENT_TIMEOUT = "agent_timeout", "agent timeout"
     INFRA_ERROR = "infra_error", "infrastructure error"
-    # The task's own verifier broke (no reward file, a timeout under Harbor's rules): neither
-    # the agent's failure nor a score.
+    # Kept for attempts recorded before issue 20: a verifier that wrote no reward on the
+    # agent's changes is now the agent's failure (`failed`, score 0, the reason says so).
     VERIFIER_ERROR = "verifier_error", "verifier error"
     CANCELLED = "cancelled"
 
@@ -473,9 +473,10 @@ class CheckResult(models.Model):
 
     @property
     def as_reward(self) -> float | None:
-        """What the check is worth as a reward: its score, or 1.0 / 0.0 when it gave none;
-        None (no reward, never 0) when the task's own verifier failed."""
-        if self.verifier_error:
+        """What the check is worth as a reward: its score, or 1.0 / 0.0 when it gave none. A
+        verifier that wrote no reward on the agent's changes scores 0 (checks kept from before
+        that rule have no score: None, no reward)."""
+        if self.score is None and self.verifier_error:
             return None
         return float(self.score) if self.score is not None else (1.0 if self.passed else 0.0)
 

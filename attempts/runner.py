@@ -440,8 +440,8 @@ def verdict_of(task, result: CheckResult) -> tuple[str, str]:
     """An attempt's outcome and reason from its check."""
     if result.passed:
         return Outcome.PASSED, ""
-    if result.verifier_error:
-        return Outcome.VERIFIER_ERROR, result.summary
+    if result.verifier_error:  # no reward written on the agent's changes: its failure
+        return Outcome.FAILED, result.summary
     if result.timed_out:
         return Outcome.FAILED, f"the check ran past its {task.check_timeout:g}s limit"
     if result.problem or result.summary.startswith(_CHECK_FAULTS):

@@ -243,6 +243,38 @@ def merge_reports(reports: list[list[TestCase]]) -> tuple[list[TestCase], str]:
     return list(merged.values()), problem
 
 
+def rewards_disagree(scores: dict[str, float]) -> str:
+    """Two reward files of one check that give different rewards: code under test could have
+    written either one, so neither is trusted."""
+    said = ", ".join(f"{name} says {value:g}" for name, value in scores.items())
+    return f"check results disagree: the reward files contradict each other ({said})"
+
+
+def witness_disagreement(score: Score, witness: list[WitnessRun]) -> str:
+    """Why a passing result contradicts what Boltz's own pytest witness saw, or "": a reward
+    file, report or exit code that says passed while the witness saw a test fail, or a pytest
+    run that never finished. The witness's lines left the test process as each test ended, so
+    nothing the code under test wrote afterwards can undo them."""
+    if not witness or not score.passed:
+        return ""
+    unfinished = [run for run in witness if not run.finished]
+    if unfinished:
+        return (
+            "pytest did not finish its run: it ended early, so no test report can be trusted"
+        )
+    seen, _conflict = merge_reports([run.tests for run in witness])
+    failing = _failing(seen)
+    if failing:
+        source = {"reward_file": "the reward file", "junit": "the test report"}.get(
+            score.source, "the exit code"
+        )
+        return (
+            f"check results disagree: {source} says passed but Boltz's pytest witness saw "
+            f"{len(failing)} failing test(s) ({_listed(failing, 3)})"
+        )
+    return ""
+
+
 def score_check(
     *,
     exit_code: int | None,
@@ -287,7 +319,7 @@ def score_check(
             "so no test report can be trusted"
         )
     if not timed_out:
-        score.problem = score.problem or problem
+        score.problem = score.problem or problem or witness_disagreement(score, witness)
     score.ignored_reward_files = ignored
     if score.problem:
         score.passed = False
@@ -314,16 +346,22 @@ def _score(exit_code, timed_out, files, required, reward_file, own_report, tests
         result.problem = disagreement(result.tests, exit_code, both_ways=True)
         return result
     if reward_file:
+        read: list[tuple[str, Score]] = []
         for name, parse in ((REWARD_JSON, parse_reward_json), (REWARD_TXT, parse_reward_txt)):
             if name in files:
                 try:
-                    result = parse(files[name])
+                    read.append((name, parse(files[name])))
                 except ScoringError as exc:
                     notes.append(f"ignored {exc}")
-                    continue
-                result.notes, result.tests = notes, tests
-                result.summary = f"reward {result.score:g} from {name}"
-                return result
+        if read:
+            name, result = read[0]
+            result.notes, result.tests = notes, tests
+            result.summary = f"reward {result.score:g} from {name}"
+            if len(read) == 2 and read[1][1].score != result.score:
+                result.problem = rewards_disagree(
+                    {n: r.score for n, r in read}
+                )
+            return result
         why = (
             "an unreadable reward file"
             if any(n in files for n in (REWARD_JSON, REWARD_TXT))
@@ -331,7 +369,7 @@ def _score(exit_code, timed_out, files, required, reward_file, own_report, tests
         )
         return Score(
             False,
-            None,
+            0.0,
             "reward_file",
             tests=tests,
             notes=notes,
@@ -424,6 +462,10 @@ class HarborVerifierError(ValueError):
     """A verifier error as Harbor raises one, said in words."""
 
 
+class RewardsDisagree(ValueError):
+    """reward.json and reward.txt give different rewards: neither is trusted."""
+
+
 def _harbor_path(name: str) -> str:
     return f"{HARBOR_VERIFIER_DIR}/{name}"
 
@@ -479,6 +521,14 @@ def _harbor_rewards(files: dict[str, bytes], notes: list[str]) -> tuple[dict, st
         rewards = _harbor_reward_json(files[REWARD_JSON], notes)
         if "reward" in rewards:
             if REWARD_TXT in files:
+                try:
+                    other = _harbor_reward_txt(files[REWARD_TXT])
+                except HarborVerifierError:
+                    other = None
+                if other is not None and other != rewards["reward"]:
+                    raise RewardsDisagree(
+                        rewards_disagree({REWARD_JSON: rewards["reward"], REWARD_TXT: other})
+                    )
                 notes.append(f"ignored {REWARD_TXT}: Harbor reads {REWARD_JSON} first")
             return rewards, REWARD_JSON, "reward"
         if REWARD_TXT in files:
@@ -513,26 +563,35 @@ def score_harbor(
     files: dict[str, bytes],
     witness: list[WitnessRun] = (),
 ) -> Score:
-    """Score a check as Harbor's verifier does: the reward file decides, alone. Test reports
-    (JUnit, Boltz's pytest plugin) are kept in `tests` for display; they raise no problem and
-    never change the score. A missing, empty or unreadable reward file, or a time-out, is a
-    verifier error: `error` says why, `passed` is False and `score` None."""
+    """Score a check as Harbor's verifier does: the reward file decides the score. Boltz
+    differs where Harbor can be fooled: a passing reward that Boltz's pytest witness
+    contradicts (a test it saw fail, a pytest run that never finished), test reports that
+    contradict each other, or reward.json and reward.txt that disagree fail the check with
+    score 0. A missing, empty or unreadable reward file, or a time-out, is a verifier error on
+    the agent's changes: `error` says why, `passed` is False and `score` 0."""
     notes: list[str] = []
     reports = [_collect_tests([report], notes) for report in junit_files(files)]
-    tests, _conflict = merge_reports([r for r in reports if r] + [run.tests for run in witness])
+    tests, conflict = merge_reports([r for r in reports if r] + [run.tests for run in witness])
     if exit_code not in (0, None) and not timed_out:
         notes.append(f"the verifier exited {exit_code}; under Harbor's rules that does not count")
 
     def verifier_error(reason: str) -> Score:
+        # The verifier ran on the agent's changes and wrote no reward (or one that cannot be
+        # read, or ran out of time): the agent's failure, scored 0 with the reason. Only the
+        # infrastructure's own faults are left out of scores, and they never reach scoring.
         error = f"verifier error: {reason}"
         return Score(
-            False, None, "reward_file", tests=tests, notes=notes, summary=error, error=error
+            False, 0.0, "reward_file", tests=tests, notes=notes, summary=error, error=error
         )
 
     if timed_out:  # VerifierTimeoutError
         return verifier_error("the verifier ran past its time limit")
     try:
         rewards, origin, key = _harbor_rewards(files, notes)
+    except RewardsDisagree as exc:
+        return Score(
+            False, 0.0, "reward_file", tests=tests, notes=notes, summary=str(exc), problem=str(exc)
+        )
     except HarborVerifierError as exc:
         return verifier_error(str(exc))
     score = float(rewards[key])
@@ -542,7 +601,7 @@ def score_harbor(
         summary += f" (its only number, {key!r})"
     elif others:
         summary += f" ({others})"
-    return Score(
+    result = Score(
         score >= 1.0,
         score,
         "reward_file",
@@ -551,3 +610,8 @@ def score_harbor(
         notes=notes,
         summary=summary,
     )
+    problem = (conflict if result.passed else "") or witness_disagreement(result, witness)
+    if problem:
+        result.problem = result.summary = problem
+        result.passed, result.score = False, 0.0
+    return result

@@ -178,13 +178,17 @@ def test_root_solution_metrics_and_the_sandbox_rules_root_keeps(worker, docker_r
 
 
 @pytest.mark.worker
-def test_a_missing_reward_file_is_a_verifier_error_never_a_pass_or_a_zero(worker, docker_ready):
+def test_a_missing_reward_file_is_the_agents_failure_with_a_zero_and_the_reason(
+    worker, docker_ready
+):
     run_import(HARBOR / "no-reward")
     task = Task.objects.get(slug="no-reward")
     # No Dockerfile: the named image, its WORKDIR and its user.
     assert (task.workdir, task.agent_user) == ("/workspace", "sandbox")
     reference = run(task, "reference")
-    assert reference.outcome == Outcome.VERIFIER_ERROR and reference.score is None
+    # The verifier ran on the changes and wrote no reward: never a pass, never left out of
+    # the scores (a dodged zero), but 0 with the reason.
+    assert reference.outcome == Outcome.FAILED and reference.score == 0.0
     assert "verifier error: no reward file" in reference.failure_reason
     check = reference.checks.get()
     assert check.verifier_error and check.exit_code == 0 and not check.passed
@@ -396,7 +400,7 @@ def test_root_is_taken_through_the_api_only_where_the_task_allows_it(
 
 
 @pytest.mark.worker
-def test_a_pools_submit_on_a_broken_verifier_is_masked_never_zero(web, worker, docker_ready):
+def test_a_pools_submit_whose_verifier_writes_no_reward_scores_zero(web, worker, docker_ready):
     from boltz import Action
     from tests.conftest import sdk_client
 
@@ -404,6 +408,6 @@ def test_a_pools_submit_on_a_broken_verifier_is_masked_never_zero(web, worker, d
     with sdk_client(web, "harbor-mask") as client, client.pool(task="no-reward", size=1) as pool:
         pool.reset()
         (done,) = pool.step([Action(run="touch done.txt", submit=True)])
-        assert done.terminated and done.reward is None and done.masked
-        assert done.info["failure_kind"] == "verifier_error"
-        assert "no reward file" in done.info["error"]
+        assert done.terminated and done.reward == 0.0 and not done.masked
+        check = done.observation.check
+        assert check.verifier_error and "no reward file" in check.summary

@@ -5,6 +5,7 @@ import pytest
 
 from attempts.scoring import (
     ScoringError,
+    TestCase as Case,
     WitnessRun,
     parse_junit,
     parse_witness,
@@ -59,20 +60,20 @@ def test_a_reward_file_the_task_does_not_declare_is_ignored_and_reported():
 
 
 @pytest.mark.parametrize("content", [b"nan", b"lots", b""])
-def test_an_unreadable_declared_reward_file_fails_with_no_score(content):
+def test_an_unreadable_declared_reward_file_fails_with_a_zero(content):
     result = score_check(
         exit_code=0, timed_out=False, files={"reward.txt": content}, reward_file=True
     )
-    assert (result.passed, result.score) == (False, None)
+    assert (result.passed, result.score) == (False, 0.0)
     assert result.notes and "reward.txt" in result.notes[0]
     assert result.problem == (
         "the check wrote an unreadable reward file, and the task declares that it writes one"
     )
 
 
-def test_a_declared_reward_file_that_is_missing_fails_with_that_reason_not_a_zero():
+def test_a_declared_reward_file_that_is_missing_fails_with_that_reason_and_a_zero():
     result = score_check(exit_code=0, timed_out=False, files={}, reward_file=True)
-    assert (result.passed, result.score) == (False, None)
+    assert (result.passed, result.score) == (False, 0.0)
     assert result.summary == (
         "the check wrote no reward file, and the task declares that it writes one"
     )
@@ -241,9 +242,46 @@ def test_harbor_reward_json_keeps_every_number_and_scores_reward():
 
 
 def test_harbor_reads_reward_json_before_reward_txt():
-    result = harbor({"reward.json": b'{"reward": 1}', "reward.txt": b"0"})
+    result = harbor({"reward.json": b'{"reward": 1}', "reward.txt": b"1"})
     assert (result.score, result.passed) == (1.0, True)
     assert any("reads reward.json first" in note for note in result.notes)
+
+
+@pytest.mark.parametrize("rules", ["harbor", "boltz"])
+def test_reward_files_that_contradict_each_other_fail_with_a_zero(rules):
+    """Code under test can write reward.json, which is read first, while the check's own
+    script writes reward.txt: two rewards that differ are not trusted."""
+    files = {"reward.json": b'{"reward": 1}', "reward.txt": b"0"}
+    result = score_check(
+        exit_code=0, timed_out=False, files=files, reward_file=True, rules=rules
+    )
+    assert (result.passed, result.score) == (False, 0.0)
+    assert result.problem == result.summary
+    assert "reward.json says 1, reward.txt says 0" in result.problem
+
+
+@pytest.mark.parametrize("rules", ["harbor", "boltz"])
+def test_a_passing_reward_that_the_witness_contradicts_fails(rules):
+    failing = WitnessRun(
+        finished=True, exitstatus=1, tests=[Case("tests.test_a::test_bad", "failed")]
+    )
+    files = {"reward.txt": b"1"}
+    result = score_check(
+        exit_code=0, timed_out=False, files=files, reward_file=True, witness=[failing], rules=rules
+    )
+    assert (result.passed, result.score) == (False, 0.0)
+    assert result.problem.startswith("check results disagree: the reward file says passed")
+    assert "tests.test_a::test_bad" in result.problem
+    # A partial reward that the witness agrees with stands.
+    partial = score_check(
+        exit_code=1,
+        timed_out=False,
+        files={"reward.txt": b"0.5"},
+        reward_file=True,
+        witness=[failing],
+        rules=rules,
+    )
+    assert (partial.score, partial.problem) == (0.5, "")
 
 
 def test_harbor_takes_reward_txt_when_reward_json_has_no_reward_key():
@@ -275,9 +313,9 @@ def test_harbor_takes_the_only_number_of_a_reward_json_without_reward():
         ({"reward.json": b'{"reward": true}'}, "needs a 'reward' key"),
     ],
 )
-def test_harbor_verifier_errors_give_no_score(files, reason):
+def test_harbor_verifier_errors_score_zero_with_the_reason(files, reason):
     result = harbor({**files, "junit.xml": JUNIT})
-    assert (result.passed, result.score, result.reward) == (False, None, None)
+    assert (result.passed, result.score, result.reward) == (False, 0.0, None)
     assert result.error.startswith("verifier error: ")
     assert reason in result.error
     assert result.summary == result.error
@@ -286,16 +324,20 @@ def test_harbor_verifier_errors_give_no_score(files, reason):
 
 def test_harbor_time_out_is_a_verifier_error():
     result = score_check(exit_code=None, timed_out=True, files={"reward.txt": b"1"}, rules="harbor")
-    assert (result.passed, result.score) == (False, None)
+    assert (result.passed, result.score) == (False, 0.0)
     assert result.error == "verifier error: the verifier ran past its time limit"
 
 
-def test_harbor_test_reports_are_shown_but_never_disagree_or_score():
-    files = {"reward.txt": b"1", "junit.xml": JUNIT}
-    unfinished = WitnessRun(finished=False, exitstatus=None, tests=[])
-    result = harbor(files, exit_code=0, witness=[unfinished], required=["tests/test_a.py::x"])
-    assert (result.passed, result.score, result.problem) == (True, 1.0, "")
+def test_harbor_test_reports_are_shown_and_a_passing_reward_must_agree_with_them():
+    files = {"reward.txt": b"0", "junit.xml": JUNIT}
+    result = harbor(files, exit_code=0, required=["tests/test_a.py::x"])
+    assert (result.passed, result.score, result.problem) == (False, 0.0, "")
     assert [t.outcome for t in result.tests] == ["passed", "failed", "error", "skipped"]
+    # A reward of 1 while pytest never finished its run is not trusted.
+    unfinished = WitnessRun(finished=False, exitstatus=None, tests=[])
+    forged = harbor({"reward.txt": b"1"}, exit_code=0, witness=[unfinished])
+    assert (forged.passed, forged.score) == (False, 0.0)
+    assert forged.problem.startswith("pytest did not finish its run")
 
 
 def test_default_rules_are_boltz_and_unknown_rules_are_refused():
