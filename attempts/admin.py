@@ -112,7 +112,21 @@ class TaskAdmin(admin.ModelAdmin):
         (None, {"fields": ["slug", "title", "instruction"]}),
         ("Repository", {"fields": ["repo_url", "repo_archive", "base_ref", "base_commit"]}),
         ("Sandbox", {"fields": ["image", "setup_command", "check_command"]}),
-        ("Check", {"fields": ["check_mode", "reward_file", "protected"]}),
+        (
+            "Check",
+            {
+                "fields": [
+                    "check_mode",
+                    "reward_file",
+                    "runner_access",
+                    "protected",
+                    "agent_writes_tests",
+                    "compiled_files",
+                    "rebuild_command",
+                    "rebuild_globs",
+                ]
+            },
+        ),
         (
             "Hidden check files and reference",
             {"fields": ["check_uploads", "check_file_list", "reference_patch", "reference_upload"]},

@@ -26,7 +26,8 @@ changes.patch     the agent's complete changes against the base commit (binary f
                   `git checkout {base}` then `git apply changes.patch`{patch_note}
 check.json        every check of the attempt with per-test outcomes (the last is the result),
                   and the tamper report: protected paths the agent changed (reset to the base
-                  before the check) and reward files the check wrote that were ignored
+                  before the check), reward files the check wrote that were ignored, and
+                  the agent's added lines that reach into the test runner (file and line)
 junit.xml         the JUnit report of the last check, when it wrote one
 outputs/          the full raw output of each command (the timeline keeps head and tail)
 workspace.tar.gz  every file of the checked tree: the base's files with changes.patch applied
@@ -80,10 +81,11 @@ def attempt_record(attempt: Attempt) -> dict:
 
 
 def tamper_record(attempt: Attempt) -> dict:
-    """The attempt's tamper report, with both lists always present, and `tampered`."""
+    """The attempt's tamper report, with its lists always present, and `tampered`."""
     return {
         "protected": [],
         "reward_files": [],
+        "runner_access": [],
         **(attempt.tamper or {}),
         "tampered": attempt.tampered,
     }
@@ -106,6 +108,7 @@ def task_record(task) -> dict:
         "default_protected_paths": list(DEFAULT_PROTECTED),
         "check_removed_paths": task.check_removed_paths,
         "reward_file": task.reward_file,
+        "runner_access": task.runner_access,
         "required_tests": task.required_tests,
         "reference_patch": task.reference_patch,
         "limits": {

@@ -32,6 +32,9 @@ _NEUTRAL_ATTRIBUTES = (
     "* !text !eol !crlf !diff !merge !filter !ident !working-tree-encoding !whitespace\n"
 )
 _GIT_TIMEOUT = 600
+# Compiled bytecode, left out of an in-place record: running Python makes it, and the check
+# removes it before it runs (protected.QUIET_PROTECTED).
+_BYTECODE = (":(glob)**/__pycache__/**", ":(glob)**/*.pyc", ":(glob)**/*.pyo")
 # Git on the worker reads what the agent made: its memory is capped, so no object can inflate
 # into the worker's memory. The agent's own .git is read for its commit list only, within a
 # smaller cap.
@@ -242,15 +245,26 @@ def record(
     scratch: Path,
     protection: Protection,
     max_patch_bytes: int,
+    every_file: bool = False,
 ) -> Changes:
-    """Diff the agent's tree against the base, in a repository of Boltz's own."""
+    """Diff the agent's tree against the base, in a repository of Boltz's own. `every_file`
+    (a check that runs in place, on the tree itself): no .gitignore hides anything, so the
+    record holds every file the check sees (compiled bytecode aside, which the check removes)."""
     where = scratch / "record"
     where.mkdir()
     env = _scratch_repository(base_git, where, tree.root)
     patch = scratch / "changes.patch"
     try:
         _run("read-tree", base_commit, env=env, cwd=tree.root)
-        _run("add", "--all", ".", env=env, cwd=tree.root)
+        if every_file:
+            _run("add", "--all", "--force", ".", env=env, cwd=tree.root)
+            _run(
+                *("rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", *_BYTECODE),
+                env=env,
+                cwd=tree.root,
+            )
+        else:
+            _run("add", "--all", ".", env=env, cwd=tree.root)
         _run(
             "diff",
             "--cached",
@@ -370,6 +384,27 @@ def check_archive(*, workspace_archive: Path, checked: Path, dest: Path) -> Path
         for entry in sorted(checked.iterdir()):
             out.add(entry, arcname=f"workspace/{entry.name}", filter=sandbox_owned)
     return dest
+
+
+def files_archive(checked: Path, paths: list[str], *, prefix: str) -> bytes:
+    """A tar (under `prefix`, owned by the sandbox user, with their folders) of `paths` of the
+    checked tree: the files the recorded changes write."""
+    buffer = io.BytesIO()
+    folders: set[str] = set()
+    with tarfile.open(fileobj=buffer, mode="w") as out:
+        for path in paths:
+            parts = path.split("/")
+            for i in range(1, len(parts)):
+                folder = "/".join(parts[:i])
+                if folder not in folders:
+                    folders.add(folder)
+                    info = tarfile.TarInfo(f"{prefix}/{folder}")
+                    info.type, info.mode = tarfile.DIRTYPE, 0o755
+                    out.addfile(sandbox_owned(info))
+            out.add(
+                checked / path, arcname=f"{prefix}/{path}", recursive=False, filter=sandbox_owned
+            )
+    return buffer.getvalue()
 
 
 def base_files(

@@ -68,6 +68,40 @@ class Task(models.Model):
         help_text="The check writes reward.txt or reward.json to $BOLTZ_CHECK_DIR, and it "
         "decides the score. Otherwise a reward file is ignored and noted.",
     )
+    runner_access = models.CharField(
+        max_length=8,
+        default="fail",
+        choices=[
+            ("fail", "fail: the check fails when the agent's code reaches into the test runner"),
+            ("report", "report: it is only listed in the tamper report"),
+        ],
+        help_text="What the agent's added code that reaches into the test runner (pytest's "
+        "internals, gc.get_objects, os._exit, the check's report paths) does to the check.",
+    )
+    agent_writes_tests = models.BooleanField(
+        default=False,
+        help_text="The agent is asked to write tests: the test folders of the check are left "
+        "to it (its hidden check files stay protected).",
+    )
+    compiled_files = models.CharField(
+        max_length=8,
+        default="remove",
+        choices=[
+            ("remove", "remove: compiled files the agent adds (.so, .pyd) never reach the check"),
+            ("allow", "allow: the agent may build them and the check uses them"),
+        ],
+        help_text="Compiled files no reviewer can read that the agent added or changed.",
+    )
+    rebuild_command = models.TextField(
+        blank=True,
+        help_text="A build that must run after the agent's changes (compiled extensions): it "
+        "runs in a container of its own, and only rebuild_outputs reach the check.",
+    )
+    rebuild_outputs = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Globs under the working folder: what the rebuild makes that the check uses.",
+    )
     required_tests = models.JSONField(
         default=list,
         blank=True,
@@ -282,8 +316,9 @@ class Attempt(models.Model):
     tamper = models.JSONField(
         default=dict,
         blank=True,
-        help_text="What the agent did to protected paths and which reward files were ignored: "
-        "{protected: [{path, change}], reward_files: [...]}.",
+        help_text="What the agent did to protected paths, which reward files were ignored "
+        "and where its code reaches into the test runner: {protected: [{path, change}], "
+        "reward_files: [...], runner_access: [{path, line, what, text}]}.",
     )
 
     # A sandbox opened through the API: who owns it, its labels and its lifetime.
@@ -388,6 +423,7 @@ class Attempt(models.Model):
             self.tamper.get("protected")
             or self.tamper.get("reward_files")
             or self.tamper.get("verifier_tools")
+            or self.tamper.get("runner_access")
         )
 
 
@@ -446,8 +482,8 @@ class CheckResult(models.Model):
     ignored_reward_files = models.JSONField(default=list, blank=True)
     verifier_error = models.BooleanField(
         default=False,
-        help_text="The task's verifier itself failed (Harbor's rules: no reward file, a "
-        "timeout): not a score, not the agent's failure. `summary` says why.",
+        help_text="The verifier wrote no reward on the agent's changes (Harbor's rules: no "
+        "reward file, a timeout): the agent's failure, score 0. `summary` says why.",
     )
     source = models.CharField(max_length=16, choices=Source.choices)
     exit_code = models.IntegerField(null=True, blank=True)

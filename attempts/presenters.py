@@ -495,6 +495,8 @@ class Verdict:
     removed: int = 0
     tamper: list = field(default_factory=list)
     tamper_more: int = 0
+    runner_access: list = field(default_factory=list)  # {path, line, what, text}
+    runner_access_more: int = 0
 
 
 def _meaning(attempt, check) -> str:
@@ -541,6 +543,9 @@ def verdict_summary(attempt, check, *, diff: str | None = None) -> Verdict:
     protected = (attempt.tamper or {}).get("protected") or []
     verdict.tamper = protected[:20]
     verdict.tamper_more = max(0, len(protected) - 20)
+    reach = (attempt.tamper or {}).get("runner_access") or []
+    verdict.runner_access = reach[:20]
+    verdict.runner_access_more = max(0, len(reach) - 20)
     if attempt.changes_state != "recorded":
         verdict.files_note = (
             f"changes unavailable: {attempt.changes_error}"

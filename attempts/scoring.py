@@ -207,6 +207,49 @@ def parse_witness(data: bytes) -> WitnessRun:
         raise ScoringError("Boltz's pytest report could not be read") from None
 
 
+def parse_witness_stream(data: bytes, *, complete: bool = True) -> tuple[list[WitnessRun], str]:
+    """The pytest runs in what Boltz's collector read from the witness pipe: one JSON line per
+    event (`start`, `test` with its `id` and `outcome`, `end` with the `exitstatus`), in the
+    order they were written. Each test keeps its worst outcome: a line written later cannot
+    take back a failure. Returns the runs and a problem, if the stream cannot be trusted
+    (`complete` False: the collector did not read to the end, or was flooded)."""
+    runs: dict[str, dict] = {}
+    for raw in data.split(b"\n"):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw.decode("utf-8", errors="replace"))
+            run = runs.setdefault(str(record["run"])[:100], {"end": None, "tests": {}})
+            event = record["event"]
+            if event == "test" and record.get("outcome") in _WORSE:
+                name = junit_name(str(record["id"]))[:1000]
+                seen = run["tests"].get(name)
+                if seen is None or _WORSE[record["outcome"]] > _WORSE[seen]:
+                    run["tests"][name] = record["outcome"]
+            elif event == "end" and run["end"] is None:
+                status = record.get("exitstatus")
+                run["end"] = status if isinstance(status, int) else -1
+        except (ValueError, TypeError, KeyError, AttributeError):
+            continue  # not the plugin's: it writes only whole JSON lines
+    parsed = [
+        WitnessRun(
+            run["end"] is not None,
+            run["end"] if run["end"] is not None and run["end"] >= 0 else None,
+            [TestCase(name, outcome) for name, outcome in run["tests"].items()],
+        )
+        for run in runs.values()
+    ]
+    problem = (
+        ""
+        if complete
+        else (
+            "Boltz's pytest witness could not be read to its end (its pipe was flooded or its "
+            "reader stopped), so no test report can be trusted"
+        )
+    )
+    return parsed, problem
+
+
 _WORSE = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 
 
@@ -259,9 +302,7 @@ def witness_disagreement(score: Score, witness: list[WitnessRun]) -> str:
         return ""
     unfinished = [run for run in witness if not run.finished]
     if unfinished:
-        return (
-            "pytest did not finish its run: it ended early, so no test report can be trusted"
-        )
+        return "pytest did not finish its run: it ended early, so no test report can be trusted"
     seen, _conflict = merge_reports([run.tests for run in witness])
     failing = _failing(seen)
     if failing:
@@ -358,9 +399,7 @@ def _score(exit_code, timed_out, files, required, reward_file, own_report, tests
             result.notes, result.tests = notes, tests
             result.summary = f"reward {result.score:g} from {name}"
             if len(read) == 2 and read[1][1].score != result.score:
-                result.problem = rewards_disagree(
-                    {n: r.score for n, r in read}
-                )
+                result.problem = rewards_disagree({n: r.score for n, r in read})
             return result
         why = (
             "an unreadable reward file"

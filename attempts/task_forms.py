@@ -23,7 +23,12 @@ from .errors import TaskInvalid
 from .hosts import known_images
 from .models import Agent, Task
 from .services import SAFE_FILE_NAME
-from .taskdirs import check_reference_applies, protected_patterns
+from .taskdirs import (
+    base_paths,
+    check_reference_applies,
+    check_reference_is_honest,
+    protected_patterns,
+)
 
 
 class MultipleFileInput(forms.ClearableFileInput):
@@ -83,6 +88,13 @@ class TaskAdminForm(forms.ModelForm):
         "the base before every check. Every task also protects conftest.py files and pytest's "
         "configuration files.",
     )
+    rebuild_globs = forms.CharField(
+        required=False,
+        label="Rebuild outputs",
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 100}),
+        help_text="Globs under /workspace, one a line (**/*.so): what the rebuild command makes "
+        "that the check uses. Nothing else it writes reaches the check.",
+    )
 
     class Meta:
         model = Task
@@ -97,6 +109,10 @@ class TaskAdminForm(forms.ModelForm):
             "check_command",
             "check_mode",
             "reward_file",
+            "runner_access",
+            "agent_writes_tests",
+            "compiled_files",
+            "rebuild_command",
             "reference_patch",
             "setup_timeout",
             "agent_timeout",
@@ -112,12 +128,15 @@ class TaskAdminForm(forms.ModelForm):
             ),
             "setup_command": forms.Textarea(attrs={"rows": 2, "cols": 100}),
             "check_command": forms.Textarea(attrs={"rows": 2, "cols": 100}),
+            "rebuild_command": forms.Textarea(attrs={"rows": 2, "cols": 100}),
         }
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["repo_url"].required = False
         self.fields["check_mode"].required = False  # empty: a fresh container
+        self.fields["runner_access"].required = False  # empty: "fail"
+        self.fields["compiled_files"].required = False  # empty: "remove"
         self.fields["check_command"].required = False  # clean_check_command says what to fix
         self.fields["reference_patch"].strip = False  # a patch's last newline matters
         self.fields["base_ref"].help_text = "Branch, tag or commit; stored as the commit it names."
@@ -129,6 +148,7 @@ class TaskAdminForm(forms.ModelForm):
         )
         if self.instance.pk:
             self.fields["protected"].initial = "\n".join(self.instance.protected_paths)
+            self.fields["rebuild_globs"].initial = "\n".join(self.instance.rebuild_outputs)
             self.fields["memory"].initial = f"{self.instance.memory_bytes // (1024 * 1024)}m"
             paths = self.instance.check_file_paths
             self.fields["check_uploads"].help_text += (
@@ -152,6 +172,20 @@ class TaskAdminForm(forms.ModelForm):
 
     def clean_check_mode(self):
         return self.cleaned_data.get("check_mode") or "fresh"
+
+    def clean_runner_access(self):
+        return self.cleaned_data.get("runner_access") or "fail"
+
+    def clean_compiled_files(self):
+        return self.cleaned_data.get("compiled_files") or "remove"
+
+    def clean_rebuild_globs(self):
+        try:
+            return protected_patterns(
+                self.cleaned_data["rebuild_globs"].splitlines(), field="rebuild_outputs"
+            )
+        except TaskInvalid as exc:
+            raise forms.ValidationError(exc.message) from None
 
     def clean_protected(self):
         try:
@@ -215,20 +249,42 @@ class TaskAdminForm(forms.ModelForm):
         if patch.strip() and not patch.endswith("\n"):
             patch += "\n"
         data["reference_patch"] = patch if patch.strip() else ""
-        if data["reference_patch"]:
-            try:
-                check_reference_applies(
-                    data["repo_url"], data["base_commit"], data["reference_patch"]
-                )
-            except TaskInvalid as exc:
-                self.add_error("reference_patch", exc.message)
         uploads = data.get("check_uploads") or []
         if uploads:
             try:
                 data["check_files"], data["check_file_paths"] = self._check_files(uploads)
             except (ArchiveRefused, TaskInvalid) as exc:
                 self.add_error("check_uploads", str(exc))
+        if data["reference_patch"]:
+            try:
+                check_reference_applies(
+                    data["repo_url"], data["base_commit"], data["reference_patch"]
+                )
+                self._check_reference_is_honest(data)
+            except TaskInvalid as exc:
+                self.add_error("reference_patch", exc.message)
         return data
+
+    def _check_reference_is_honest(self, data: dict) -> None:
+        """The reference changes no protected path, and reaches into the test runner only
+        when the task allows it (as for task.toml)."""
+        values = {
+            name: data[key]
+            for name, key in (
+                ("reference_patch", "reference_patch"),
+                ("protected_paths", "protected"),
+                ("check_file_paths", "check_file_paths"),
+                ("check_command", "check_command"),
+                ("runner_access", "runner_access"),
+                ("agent_writes_tests", "agent_writes_tests"),
+                ("compiled_files", "compiled_files"),
+            )
+            if key in data
+        }
+        task = self.instance if self.instance.pk else None
+        check_reference_is_honest(
+            values, base_paths(data["repo_url"], data["base_commit"]), task=task
+        )
 
     def _check_files(self, uploads) -> tuple[bytes, list[str]]:
         folder = self._scratch_dir() / "check"
@@ -256,6 +312,7 @@ class TaskAdminForm(forms.ModelForm):
         task.base_commit = data["base_commit"]
         task.memory_bytes = data["memory"]
         task.protected_paths = data.get("protected", [])
+        task.rebuild_outputs = data.get("rebuild_globs", [])
         if "check_files" in data:
             task.check_files, task.check_file_paths = data["check_files"], data["check_file_paths"]
         if commit:

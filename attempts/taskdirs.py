@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import tempfile
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
+from types import SimpleNamespace
 
 from django.conf import settings
 from django.db import transaction
 from django.utils.text import slugify
 
-from . import repos
+from . import repos, runner_reach
 from .env_values import parse_bytes, parse_seconds
 from .errors import TaskInvalid
 from .hosts import image_known
@@ -35,6 +37,11 @@ _TOP_KEYS = {
     "check_mode",
     "protected_paths",
     "reward_file",
+    "runner_access",
+    "agent_writes_tests",
+    "compiled_files",
+    "rebuild",
+    "rebuild_outputs",
     "repository",
     "limits",
 }
@@ -78,6 +85,113 @@ def protected_patterns(patterns, *, field: str = "protected_paths") -> list[str]
         except PatternError as exc:
             raise TaskInvalid(field, str(exc)) from None
     return list(dict.fromkeys(cleaned))
+
+
+def runner_access_setting(value, *, field: str = "runner_access") -> str:
+    """A task's runner_access: "fail" (the default) or "report"; TaskInvalid(field) otherwise."""
+    if value not in runner_reach.SETTINGS:
+        raise TaskInvalid(
+            field,
+            f'{value!r}: expected "fail" (the check fails when the agent\'s code reaches into '
+            'the test runner) or "report" (it is only listed in the tamper report)',
+        )
+    return value
+
+
+def check_integrity_settings(spec: dict) -> dict:
+    """The task.toml keys that say what the check may use of the agent's work, checked:
+    `agent_writes_tests` (bool), `compiled_files` ("remove" or "allow"), `rebuild` (a
+    command run after the changes, in a container of its own) with `rebuild_outputs` (the
+    globs of what it makes that the check uses)."""
+    writes_tests = spec.get("agent_writes_tests", False)
+    if not isinstance(writes_tests, bool):
+        raise TaskInvalid("agent_writes_tests", f"{writes_tests!r}: expected true or false")
+    compiled = spec.get("compiled_files", "remove")
+    if compiled not in ("remove", "allow"):
+        raise TaskInvalid(
+            "compiled_files",
+            f'{compiled!r}: expected "remove" (compiled files the agent adds never reach the '
+            'check) or "allow" (the check uses what the agent built)',
+        )
+    rebuild = spec.get("rebuild", "")
+    if not isinstance(rebuild, str):
+        raise TaskInvalid("rebuild", "must be a shell command")
+    outputs = protected_patterns(spec.get("rebuild_outputs", []), field="rebuild_outputs")
+    if rebuild.strip() and not outputs:
+        raise TaskInvalid(
+            "rebuild_outputs",
+            "a rebuild needs the globs of what it makes that the check uses (e.g. "
+            '["**/*.so"]): nothing else it writes reaches the check',
+        )
+    if outputs and not rebuild.strip():
+        raise TaskInvalid("rebuild_outputs", "given without a rebuild command")
+    return {
+        "agent_writes_tests": writes_tests,
+        "compiled_files": compiled,
+        "rebuild_command": rebuild,
+        "rebuild_outputs": outputs,
+    }
+
+
+def base_paths(repo_url: str, commit: str) -> list[str]:
+    """The paths of the files of `commit` (from the cached mirror of the repository)."""
+    try:
+        listing = repos.git(
+            "ls-tree", "-r", "-z", "--name-only", commit, cwd=repos.ensure_mirror(repo_url)
+        )
+    except repos.GitError as exc:
+        raise TaskInvalid("repository", f"the base commit could not be listed: {exc}") from None
+    return [p for p in listing.split("\0") if p]
+
+
+_TASK_DEFAULTS = {
+    "protected_paths": [],
+    "check_file_paths": [],
+    "check_removed_paths": [],
+    "check_command": "",
+    "layout": "boltz",
+    "runner_access": "fail",
+    "agent_writes_tests": False,
+    "compiled_files": "remove",
+}
+
+
+def check_reference_is_honest(
+    values: dict, base: Iterable[str], *, task=None, field: str = "reference"
+) -> None:
+    """No honest fix is reset: refuse (TaskInvalid(field)) a reference patch that changes a
+    protected path (reset to the base before every check, so it could never pass), or that
+    reaches into the test runner when the task's runner_access is "fail" (the check would fail
+    because of it). `values`: the task's fields (over `task`'s, when it is being changed)."""
+    patch = values.get("reference_patch") or ""
+    if not patch.strip():
+        return
+    from .trees import task_protection  # the protection an attempt's check uses
+
+    fields = {
+        **_TASK_DEFAULTS,
+        **{name: getattr(task, name) for name in _TASK_DEFAULTS if hasattr(task, name)},
+        **values,
+    }
+    base = list(base)
+    hit = task_protection(SimpleNamespace(**fields), base).select(runner_reach.patch_paths(patch))
+    if hit:
+        more = f" and {len(hit) - 5} more" if len(hit) > 5 else ""
+        raise TaskInvalid(
+            field,
+            f"the reference solution changes protected path(s) {', '.join(hit[:5])}{more}, "
+            "which are reset to the base before every check: it could never pass; unprotect "
+            "them or change the reference",
+        )
+    if fields["runner_access"] != "report":
+        found = runner_reach.scan_patch(patch, own_packages=runner_reach.own_packages(base))
+        if found:
+            raise TaskInvalid(
+                field,
+                "the reference solution reaches into the test runner: "
+                f"{runner_reach.findings_text([f.as_dict() for f in found])}; a check fails "
+                'because of it: set runner_access = "report" or change the reference',
+            )
 
 
 def _unknown(table: dict, allowed: set[str], where: str) -> None:
@@ -175,6 +289,7 @@ def read_task_dir(directory: Path, **options) -> dict:
     if check_mode not in CHECK_MODES:
         raise TaskInvalid("check_mode", f"{check_mode!r}: expected one of {', '.join(CHECK_MODES)}")
     protected = protected_patterns(spec.get("protected_paths", []))
+    runner_access = runner_access_setting(spec.get("runner_access", "fail"))
     reward_file = spec.get("reward_file", False)
     reward_rules = "boltz"
     if reward_file == "harbor":  # Harbor's rules: only the reward file decides
@@ -209,6 +324,8 @@ def read_task_dir(directory: Path, **options) -> dict:
         "protected_paths": protected,
         "reward_file": reward_file,
         "reward_rules": reward_rules,
+        "runner_access": runner_access,
+        **check_integrity_settings(spec),
         "build_context": built.get("build_context", b""),
         "check_files": check_files,
         "check_file_paths": check_paths,
@@ -226,6 +343,7 @@ def read_task_dir(directory: Path, **options) -> dict:
         values["build_log"] = built.get("build_log", "")
     if reference:
         check_reference_applies(values["repo_url"], values["base_commit"], reference)
+        check_reference_is_honest(values, base_paths(values["repo_url"], values["base_commit"]))
     return values
 
 

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.core.files import File
 from django.core.files.storage import default_storage
 
-from . import changes, repos
+from . import changes, repos, runner_reach
 from .changes import ChangesUnavailable
 from .errors import InfrastructureError, TaskInvalid
 from .models import Actor, Attempt, EventKind
@@ -33,8 +33,8 @@ def task_protection(task, base: Iterable[str]) -> Protection:
         task.check_removed_paths,
         base=base,
         check_command=task.check_command if task.layout != "harbor" else "",
-        agent_writes_tests=getattr(task, "agent_writes_tests", False),
-        compiled_files=getattr(task, "compiled_files", "remove"),
+        agent_writes_tests=task.agent_writes_tests,
+        compiled_files=task.compiled_files,
     )
 
 
@@ -91,14 +91,20 @@ class AttemptTrees:
         )
 
     @property
+    def in_place(self) -> bool:
+        """The check runs on the agent's own tree (not on a fresh copy of the record)."""
+        return self.task.check_mode == "in_place" or self.task.layout == "harbor"
+
+    @property
     def workdir(self) -> str:
         return self.task.workdir or "/workspace"
 
     # --- recording -----------------------------------------------------------------------------
     def record(self, session: SandboxSession) -> None:
         """Read the agent's tree out of its stopped sandbox, diff it against the base on the
-        worker, keep the complete patch (and its head for the page), the tamper report, the
-        agent's commits and the checked tree's files."""
+        worker, keep the complete patch (and its head for the page), the tamper report (with
+        the added code that reaches into the test runner), the agent's commits and the checked
+        tree's files."""
         attempt, timeline = self.attempt, session.timeline
         stream = session.get_archive(self.workdir)
         if stream is None:
@@ -117,8 +123,17 @@ class AttemptTrees:
             scratch=self.scratch,
             protection=self.protection,
             max_patch_bytes=settings.BOLTZ_MAX_TREE_BYTES,
+            every_file=self.in_place,
         )
         shutil.rmtree(tree.root, ignore_errors=True)  # what is kept is the patch
+        # Code the agent added that reaches into the test runner, named with file and line:
+        # read from the whole patch, line by line.
+        reach = [
+            f.as_dict()
+            for f in runner_reach.scan_patch_file(
+                recorded.patch, own_packages=runner_reach.own_packages(self.base_files())
+            )
+        ]
         limit = settings.BOLTZ_MAX_DIFF_BYTES
         with recorded.patch.open("rb") as handle:
             head = handle.read(limit)
@@ -132,7 +147,11 @@ class AttemptTrees:
             diff_file=stored,
             changes_state="recorded",
             commits=recorded.commits,
-            tamper={"protected": recorded.protected[:1000], "reward_files": []},
+            tamper={
+                "protected": recorded.protected[:1000],
+                "reward_files": [],
+                "runner_access": reach,
+            },
         )
         timeline.add(
             EventKind.FILE,
@@ -150,6 +169,19 @@ class AttemptTrees:
                 message=f"the agent changed {len(recorded.protected)} protected path(s); "
                 "they are reset to the base before the check",
                 protected=recorded.protected[:200],
+            )
+        if reach:
+            timeline.add(
+                EventKind.ERROR,
+                actor=Actor.AGENT,
+                message=f"the agent's changes reach into the test runner: "
+                f"{runner_reach.findings_text(reach)}; "
+                + (
+                    'the task allows it (runner_access = "report")'
+                    if self.task.runner_access == "report"
+                    else "the check fails because of it"
+                ),
+                runner_access=reach,
             )
         self.checked = changes.checked_tree(
             base_git=self.base_repository(),

@@ -366,3 +366,75 @@ def task_dir(tmp_path):
 def pytest_sessionfinish(session, exitstatus):
     if os.environ.get("BOLTZ_TEST_OWNS_DATA_DIR") == "1":
         shutil.rmtree(settings.DATA_DIR, ignore_errors=True)
+
+
+@pytest.fixture
+def make_task(tmp_path, docker_ready):
+    """Tasks like test_tamper's `hostile_task` (calc.py's add is wrong; the hidden check files
+    hold tests/test_calc.py), with the check, setup, mode and scoring chosen by the test."""
+    import itertools
+    import json
+    import textwrap
+    import uuid
+
+    from attempts.repos import git
+    from attempts.taskdirs import load_task_dir
+    from tests.test_tamper import CALC_BUGGY, TESTS, commit
+
+    counter = itertools.count()
+
+    def make(
+        *,
+        check: str = "python3 -m pytest -q -p no:cacheprovider tests",
+        setup: str = "",
+        mode: str = "fresh",
+        reward_file: bool = False,
+        runner_access: str = "fail",
+        required: list[str] | None = None,
+        files: dict[str, str] | None = None,
+    ):
+        n = next(counter)
+        folder = tmp_path / f"task{n}"
+        repo = folder / "repo"
+        (repo / "tests").mkdir(parents=True)
+        (repo / "calc.py").write_text(CALC_BUGGY)
+        (repo / "tests" / "test_calc.py").write_text(TESTS)
+        (repo / "README.md").write_text("calc\n")
+        (repo / ".gitignore").write_text("*.log\n")
+        for path, text in (files or {}).items():
+            (repo / path).parent.mkdir(parents=True, exist_ok=True)
+            (repo / path).write_text(text)
+        git("init", "-q", "-b", "main", cwd=repo)
+        base = commit(repo, "base")
+        (folder / "check" / "tests").mkdir(parents=True)
+        (folder / "check" / "tests" / "test_calc.py").write_text(TESTS)
+        (folder / "task.toml").write_text(
+            textwrap.dedent(
+                f"""
+                slug = "rt-{n}-{uuid.uuid4().hex[:6]}"
+                instruction = "Make tests/test_calc.py pass by fixing calc.py."
+                check = {json.dumps(check)}
+                setup = {json.dumps(setup)}
+                check_mode = "{mode}"
+                reward_file = {"true" if reward_file else "false"}
+                runner_access = "{runner_access}"
+                [repository]
+                path = "repo"
+                ref = "{base}"
+                [limits]
+                agent_timeout = "60s"
+                check_timeout = "60s"
+                setup_timeout = "60s"
+                memory = "256m"
+                pids = 128
+                """
+            )
+        )
+        task, _ = load_task_dir(folder)
+        if required:
+            task.required_tests = required
+            task.save()
+        task.base = base
+        return task
+
+    return make

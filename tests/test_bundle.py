@@ -31,7 +31,7 @@ EDITS = (
 
 FIX = "sed -i 's/return a - b/return a + b/' calc.py"
 TAMPER = "printf 'x=1\\n' > conftest.py"  # conftest.py is a protected path
-NO_TAMPER = {"protected": [], "reward_files": [], "tampered": False}
+NO_TAMPER = {"protected": [], "reward_files": [], "runner_access": [], "tampered": False}
 
 
 def export(attempt: Attempt, tmp_path: Path) -> zipfile.ZipFile:
@@ -165,6 +165,7 @@ def test_the_tamper_report_goes_with_the_bundle_and_the_task_exports(
     tampered = {
         "protected": [{"path": "conftest.py", "change": "added"}],
         "reward_files": [],
+        "runner_access": [],
         "tampered": True,
     }
     expected = {tamperer.pk: tampered, honest.pk: NO_TAMPER}

@@ -285,17 +285,18 @@ def test_diff_has_renames_and_binaries_and_the_check_sees_every_change(worker, l
     # Staged or not, every change is in the diff and in the tree the check runs on.
     task = load_example(
         "fix-add",
-        check_command="test -f staged.txt && test -f unstaged.txt && test -f tests/test_renamed.py"
-        " && test ! -e tests/test_calc.py.orig",
+        check_command="test -f staged.txt && test -f unstaged.txt && test -f NOTES.md"
+        " && test ! -e README.md",
     )
+    # (A rename inside tests/ would not reach the check: the test folder is the task's.)
     command = (
-        "mv tests/test_calc.py tests/test_renamed.py && "
+        "mv README.md NOTES.md && "
         "printf '\\000\\001\\002binary' > blob.bin && "
         "echo x > staged.txt && git add staged.txt && echo y > unstaged.txt"
     )
     attempt = wait_finished([attempt_create(task=task, agent="command", command=command)])[0]
     assert attempt.outcome == Outcome.PASSED, attempt.checks.get().output
-    assert "rename from tests/test_calc.py\nrename to tests/test_renamed.py" in attempt.diff
+    assert "rename from README.md\nrename to NOTES.md" in attempt.diff
     assert "diff --git a/blob.bin b/blob.bin\nnew file mode 100644" in attempt.diff
     assert "GIT binary patch" in attempt.diff
     assert "b/unstaged.txt" in attempt.diff and "b/staged.txt" in attempt.diff

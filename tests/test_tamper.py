@@ -245,7 +245,7 @@ def test_a_declared_reward_file_that_is_never_written_fails_with_that_reason(wor
     task.reward_file = True
     task.save()
     attempt = run(task, fixer=FIX)["fixer"]
-    assert attempt.outcome == Outcome.FAILED and attempt.score is None
+    assert attempt.outcome == Outcome.FAILED and attempt.score == 0.0
     assert attempt.failure_reason == (
         "the check wrote no reward file, and the task declares that it writes one"
     )

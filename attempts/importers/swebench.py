@@ -22,7 +22,7 @@ from django.utils.text import slugify
 from .. import repos
 from ..errors import TaskInvalid
 from ..protected import glob_literal
-from ..taskdirs import reference_applies_in, require_image
+from ..taskdirs import check_reference_is_honest, reference_applies_in, require_image
 from . import ImportItem, guarded
 
 REQUIRED = (
@@ -129,13 +129,14 @@ def task_values(row: dict, *, repos_dir: Path | None, image: str, test_cmd: str)
     require_image(image, hint="use --image")
     with repos.checked_out(str(repo_path), commit) as tree:  # one checkout for both patches
         reference_applies_in(tree, row["patch"])
+        base = [p for p in repos.git("ls-files", "-z", cwd=tree).split("\0") if p]
         check_files, check_paths, deleted = _files_after(tree, row["test_patch"])
     test_files = sorted({t.split("::", 1)[0] for t in f2p + p2p})
     # Every test file the check runs or the test patch touches is reset to the base (plus the
     # hidden files) before the check, so an agent cannot pass by editing a test.
     protected = sorted({*test_files, *check_paths, *deleted})
     command = (test_cmd or DEFAULT_TEST_CMD).format(files=" ".join(test_files))
-    return {
+    values = {
         "slug": slugify(str(row["instance_id"]))[:100],
         "title": str(row["instance_id"]),
         "instruction": str(row["problem_statement"]),
@@ -152,6 +153,9 @@ def task_values(row: dict, *, repos_dir: Path | None, image: str, test_cmd: str)
         "check_removed_paths": deleted,
         "source_dir": f"swe-bench:{row['instance_id']}",
     }
+    # No honest fix is reset, and the gold patch does not reach into the test runner.
+    check_reference_is_honest(values, base, field="patch")
+    return values
 
 
 def _files_after(tree: Path, test_patch: str) -> tuple[bytes, list[str], list[str]]:

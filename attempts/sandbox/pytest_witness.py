@@ -1,37 +1,48 @@
-"""Boltz's pytest plugin: a second witness of a check, beside its exit code and its own reports.
+"""Boltz's pytest plugin: a witness of a check that the code under test cannot take back.
 
 This file is not imported by Boltz. Before a check, Boltz copies it into the check's container,
-owned by root and under a module name no agent can guess, and loads it into every pytest run of
-the check (`-p` in PYTEST_ADDOPTS, its folder on PYTHONPATH). Each pytest run writes one JSON
-file to $BOLTZ_WITNESS_DIR: as it starts (`finished: false`), then with every test's outcome
-and pytest's exit status when it ends. A run that started and never finished ended early (an
-`os._exit` in the code under test, a crash): Boltz does not trust such a check.
+owned by root and under a module name made for that check, and loads it into every pytest run
+of the check (`-p` in PYTEST_ADDOPTS, its folder on PYTHONPATH). Each pytest run writes one line
+to the pipe $BOLTZ_WITNESS_PIPE as it starts, one as each test ends (its outcome) and one with
+pytest's exit status as it ends. The pipe is read by a collector of Boltz's that runs as a user
+of its own, and every line leaves the sandbox as it is written: whatever the code under test
+writes afterwards, it cannot change what was already seen. A run whose end never came ended
+early (an `os._exit`, a crash): Boltz does not trust such a check.
 Standard library only; runs under the task's own Python.
 """
 
 import json
 import os
 
-_DIR = os.environ.get("BOLTZ_WITNESS_DIR", "")
-_RUN = {"path": "", "tests": {}}
-_WORSE = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+_PIPE = os.environ.get("BOLTZ_WITNESS_PIPE", "")
+_RUN = {"fd": None, "id": ""}
+_LINE_MAX = 3800  # one write of less than PIPE_BUF bytes is never split or interleaved
 
 
-def _write(finished, exitstatus=None):
-    if not _RUN["path"]:
+def _send(event, **fields):
+    fd = _RUN["fd"]
+    if fd is None:
         return
-    data = {"finished": finished, "exitstatus": exitstatus, "tests": _RUN["tests"]}
-    partial = _RUN["path"] + ".partial"
-    with open(partial, "w", encoding="utf-8") as handle:
-        json.dump(data, handle)
-    os.replace(partial, _RUN["path"])
+    record = {"run": _RUN["id"], "event": event, **fields}
+    line = json.dumps(record, separators=(",", ":")) + "\n"
+    if len(line.encode()) > _LINE_MAX and "id" in fields:
+        record["id"] = fields["id"][:1000]
+        line = json.dumps(record, separators=(",", ":")) + "\n"
+    try:
+        os.write(fd, line.encode()[:_LINE_MAX])
+    except OSError:
+        _RUN["fd"] = None  # the collector is gone: the check will say so
 
 
 def pytest_configure(config):
-    if not _DIR or not os.path.isdir(_DIR) or hasattr(config, "workerinput"):
-        return  # no folder, or an xdist worker: its controller reports every test
-    _RUN["path"] = os.path.join(_DIR, f"run-{os.getpid()}-{len(os.listdir(_DIR))}.json")
-    _write(False)
+    if not _PIPE or hasattr(config, "workerinput"):
+        return  # no pipe, or an xdist worker: its controller reports every test
+    try:
+        _RUN["fd"] = os.open(_PIPE, os.O_WRONLY)
+    except OSError:
+        return  # no witness of this run: the check's other sources stand alone
+    _RUN["id"] = f"{os.getpid()}-{os.urandom(4).hex()}"
+    _send("start")
 
 
 def pytest_runtest_logreport(report):
@@ -42,10 +53,8 @@ def pytest_runtest_logreport(report):
     outcome = report.outcome
     if report.when != "call" and outcome == "failed":
         outcome = "error"
-    seen = _RUN["tests"].get(report.nodeid)
-    if seen is None or _WORSE[outcome] > _WORSE[seen]:
-        _RUN["tests"][report.nodeid] = outcome
+    _send("test", id=report.nodeid, outcome=outcome)
 
 
 def pytest_sessionfinish(session, exitstatus):
-    _write(True, int(exitstatus))
+    _send("end", exitstatus=int(exitstatus))
