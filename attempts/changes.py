@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import stat
 import tarfile
 from collections.abc import Iterable
@@ -34,7 +35,7 @@ _NEUTRAL_ATTRIBUTES = (
 _GIT_TIMEOUT = 600
 # Compiled bytecode, left out of an in-place record: running Python makes it, and the check
 # removes it before it runs (protected.QUIET_PROTECTED).
-_BYTECODE = (":(glob)**/__pycache__/**", ":(glob)**/*.pyc", ":(glob)**/*.pyo")
+_BYTECODE = re.compile(r"(^|/)__pycache__/|\.py[co]\Z")
 # Git on the worker reads what the agent made: its memory is capped, so no object can inflate
 # into the worker's memory. The agent's own .git is read for its commit list only, within a
 # smaller cap.
@@ -258,11 +259,16 @@ def record(
         _run("read-tree", base_commit, env=env, cwd=tree.root)
         if every_file:
             _run("add", "--all", "--force", ".", env=env, cwd=tree.root)
-            _run(
-                *("rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", *_BYTECODE),
-                env=env,
-                cwd=tree.root,
-            )
+            bytecode = [p for p in listing(env, tree.root) if _BYTECODE.search(p)]
+            if bytecode:
+                names = where / "bytecode"
+                names.write_bytes(b"".join(os.fsencode(p) + b"\0" for p in bytecode))
+                _run(
+                    *("rm", "-q", "--cached", f"--pathspec-from-file={names}"),
+                    "--pathspec-file-nul",
+                    env=env,
+                    cwd=tree.root,
+                )
         else:
             _run("add", "--all", ".", env=env, cwd=tree.root)
         _run(

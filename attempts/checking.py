@@ -10,22 +10,27 @@ every pytest run, and the result is kept with its verdict in words.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import secrets
 import tarfile
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from django.db import transaction
 
-from . import changes, harbor_layout, scoring, stage_env
+from . import changes, harbor_layout, runner_reach, scoring, stage_env, verifier_repair
+from .errors import InfrastructureError
 from .models import Attempt, CheckResult, EventKind, TestOutcome
-from .protected import reset_plan
+from .protected import Protection, ResetPlan, ancestors, reset_plan
 from .sandbox.runtime import Sandbox, SandboxSpec
 from .session import CommandRun, SandboxSession, files_tar, nul_list, update_attempt
 from .timeline import clip
 from .trees import AttemptTrees
+from .witness import WitnessPipe
+from .workspace import ChunkReader
 
 MAX_CHECK_FILE = 8 * 1024 * 1024
 WITNESS_PLUGIN = (Path(__file__).parent / "sandbox" / "pytest_witness.py").read_bytes()
@@ -53,6 +58,12 @@ fi
 rm -rf -- "$lists"
 for folder in "$@"; do mkdir -m 700 -- "$folder" || exit 1; done
 """
+
+
+def _copied(stream, out):
+    for chunk in stream:
+        out.write(chunk)
+        yield chunk
 
 
 class CheckBlocked(Exception):
@@ -125,50 +136,67 @@ class Check:
         self.timeline = agent.timeline
         self.spec = spec
         self.requested_by = requested_by
+        self.reset: ResetPlan | None = None  # what the check's reset did, once it ran
+
+    def _remove(
+        self,
+        session: SandboxSession,
+        remove: list[str],
+        *,
+        display: str,
+        make: list[str] = (),
+        parents: list[str] = (),
+        folders: list[str] = (),
+    ) -> None:
+        """Remove paths of the working folder as the agent's user (who owns every file the
+        agent made), making `parents` and `folders` writable first, then make the check's own
+        folders (`make`, new names). Raises CheckBlocked if the tree keeps that from working."""
+        lists = f"/tmp/boltz-reset-{secrets.token_hex(8)}"
+        user = session.agent_user
+        owner = harbor_layout.ids(user) if user else None
+        listed = {"remove": remove, "parents": parents, "folders": folders}
+        session.put_archive(
+            files_tar(
+                {f"{lists[1:]}/{name}": nul_list(list(paths)) for name, paths in listed.items()},
+                owner=owner,
+            )
+        )
+        run = session.run_tool(
+            "reset",
+            _RESET_SCRIPT,
+            [lists, *make],
+            display=display,
+            user=user,
+            workdir=session.workdir,
+        )
+        if run.result.timed_out or run.result.exit_code != 0:
+            raise CheckBlocked(
+                f"protected paths could not be reset in the agent's tree: "
+                f"{clip(run.text().strip(), 300) or 'exit code ' + str(run.result.exit_code)}",
+                run,
+            )
 
     def _reset_protected(
         self, session: SandboxSession, entries: dict[str, str], folders: list[str]
-    ) -> None:
+    ) -> ResetPlan:
         """Reset every protected path to the base, put the hidden check files over the tree,
-        and make the check's folders. Raises CheckBlocked if the tree keeps that from working."""
+        and make the check's folders. Raises CheckBlocked if the tree keeps that from working.
+        Returns what was reset."""
         task, trees = self.task, self.trees
         hidden = list(task.check_file_paths)
         removed = list(task.check_removed_paths)
         plan = reset_plan(
             trees.protection, entries=entries, base=trees.base_files(), targets=[*hidden, *removed]
         )
-        lists = f"/tmp/boltz-reset-{secrets.token_hex(8)}"
-        # As the agent's user, who owns every file the agent made.
         user = session.agent_user
         owner = harbor_layout.ids(user) if user else None
-
-        def reset(remove: list[str], make: list[str], display: str) -> None:
-            listed = {"remove": remove, "parents": plan.parents, "folders": plan.folders}
-            session.put_archive(
-                files_tar(
-                    {f"{lists[1:]}/{name}": nul_list(paths) for name, paths in listed.items()},
-                    owner=owner,
-                )
-            )
-            run = session.exec(
-                "reset",
-                ["/bin/sh", "-c", _RESET_SCRIPT, "boltz-reset", lists, *make],
-                timeout=120,
-                live=False,
-                display=display,
-                user=user,
-            )
-            if run.result.timed_out or run.result.exit_code != 0:
-                raise CheckBlocked(
-                    f"protected paths could not be reset in the agent's tree: "
-                    f"{clip(run.text().strip(), 300) or 'exit code ' + str(run.result.exit_code)}",
-                    run,
-                )
-
-        reset(
+        self._remove(
+            session,
             plan.remove + removed,
-            folders,
-            f"reset {len(plan.restore)} protected path(s) to the base, remove "
+            make=folders,
+            parents=plan.parents,
+            folders=plan.folders,
+            display=f"reset {len(plan.restore)} protected path(s) to the base, remove "
             f"{len(plan.remove)}, restore {len(hidden)} hidden check file(s)",
         )
         restore = trees.base_files_tar(plan.restore, owner=owner)
@@ -177,7 +205,9 @@ class Check:
         if task.check_files and task.layout != "harbor":  # Harbor's arrive at /tests
             session.put_archive(bytes(task.check_files))
         if removed:
-            reset(removed, [], f"remove {len(removed)} path(s) the check removes")
+            self._remove(
+                session, removed, display=f"remove {len(removed)} path(s) the check removes"
+            )
         self.timeline.add(
             EventKind.FILE,
             action="restore",
@@ -186,13 +216,14 @@ class Check:
             protected_restored=len(plan.restore),
             removed=plan.remove[:200],
         )
+        self.reset = plan
+        return plan
 
     def run(self) -> CheckResult:
         if self.requested_by:
             by = self.requested_by
             self.timeline.reviewer("recheck", by, f"re-check of the same files by {by}")
-        in_place = self.task.check_mode == "in_place" or self.task.layout == "harbor"
-        mode = "in_place" if in_place else "fresh"
+        mode = "in_place" if self.trees.in_place else "fresh"
         try:
             if mode == "in_place":
                 return self._check_in_place()
@@ -203,42 +234,128 @@ class Check:
 
     def _check_fresh(self) -> CheckResult:
         task = self.task
-        _folder, listing = self.trees.ensure_checked()
-        archive = self.trees.check_archive()
+        folder, listing = self.trees.ensure_checked()
+        setup = bool(task.setup_command.strip())
         self.timeline.add(
             EventKind.LIFECYCLE,
-            message="the check runs in a fresh container: the base with exactly the recorded "
-            "changes applied",
+            message="the check runs in a fresh container: the base"
+            + (", set up by the task's setup command," if setup else "")
+            + " with exactly the recorded changes applied",
             check_mode="fresh",
         )
-        session = SandboxSession(
-            self.attempt, Sandbox.create(self.spec("check")), secrets=self.agent.secrets
-        )
+        session = self._fresh_session("check")
         try:
-            with archive.open("rb") as handle:
-                session.put_archive(handle)
-            session.start()
-            entries = changes.index_entries(listing)
-            if task.setup_command.strip():
-                self._fresh_setup(session, entries, archive)
-            archive.unlink()
-            return self._run_check(session, entries, mode="fresh")
+            self._prepare_fresh(session, folder, listing)
+            if task.rebuild_command.strip():
+                self._rebuild(session, folder, listing)
+            return self._run_check(session, changes.index_entries(listing), mode="fresh")
         finally:
             session.remove()
 
-    def _fresh_setup(self, session: SandboxSession, entries: dict[str, str], archive: Path) -> None:
-        """Set the check's container up as the agent's was: on the base's protected paths.
-        The setup may run the agent's code (its setup.py), so afterwards every process is
-        ended and the recorded files are put back: what is checked is what was recorded."""
+    def _fresh_session(self, role: str) -> SandboxSession:
+        return SandboxSession(
+            self.attempt, Sandbox.create(self.spec(role)), secrets=self.agent.secrets
+        )
+
+    def _prepare_fresh(
+        self, session: SandboxSession, folder: Path, listing: dict[str, str]
+    ) -> None:
+        """A fresh container's working folder: the base, set up by the task's setup command
+        when it has one, with exactly the recorded changes put over it."""
+        if not self.task.setup_command.strip():
+            archive = self.trees.check_archive()
+            with archive.open("rb") as handle:
+                session.put_archive(handle)
+            archive.unlink()
+            session.start()
+            return
+        self._fresh_setup(session, folder, listing)
+
+    def _rebuild(self, check: SandboxSession, folder: Path, listing: dict[str, str]) -> None:
+        """A task whose code must be built again after the changes (a compiled extension)
+        says so with its rebuild command. That command runs the agent's code, so it runs in a
+        container of its own, prepared as the check's; only its declared outputs are carried
+        into the check's container, and nothing else it wrote or started ever reaches it."""
         task = self.task
-        self._reset_protected(session, entries, [])
+        outputs = Protection(tuple(task.rebuild_outputs), compiled=False)
+        guarded = dataclasses.replace(self.trees.protection, compiled=False)
+        builder = self._fresh_session("rebuild")
+        try:
+            self._prepare_fresh(builder, folder, listing)
+            run = builder.exec("rebuild", task.rebuild_command, timeout=task.setup_timeout)
+            if run.result.timed_out or run.result.exit_code != 0:
+                why = "timed out" if run.result.timed_out else f"exited {run.result.exit_code}"
+                raise CheckBlocked(f"the task's rebuild command {why} on the agent's changes", run)
+            builder.halt()  # nothing it started goes on
+            prefix = changes.archive_prefix(self.trees.workdir)
+            carried, refused = 0, []
+            stream = builder.get_archive(self.trees.workdir)
+            if stream is None:
+                raise CheckBlocked(f"the rebuild removed {self.trees.workdir}", run)
+            reader = io.BufferedReader(ChunkReader(stream), buffer_size=1 << 20)
+            with tempfile.TemporaryFile() as out:
+                with (
+                    tarfile.open(fileobj=out, mode="w") as kept,
+                    tarfile.open(fileobj=reader, mode="r|*") as source,
+                ):
+                    for member in source:
+                        rel = member.name[len(prefix) :].rstrip("/")
+                        if not rel or ".git" in rel.split("/") or not outputs.covers(rel):
+                            continue
+                        if guarded.covers(rel):  # a conftest.py, a test folder: the task's
+                            refused.append(rel)
+                            continue
+                        if member.isfile() or member.isdir() or member.issym():
+                            data = source.extractfile(member) if member.isfile() else None
+                            kept.addfile(member, data)
+                            carried += not member.isdir()
+                out.seek(0)
+                if carried:
+                    check.put_archive(out)
+        finally:
+            builder.remove()
+        self.timeline.add(
+            EventKind.FILE,
+            action="rebuild",
+            files=carried,
+            refused=refused[:200],
+            message=f"the task's rebuild ran on the recorded changes in a container of its own; "
+            f"{carried} declared output file(s) carried into the check's container"
+            + (f", {len(refused)} protected path(s) left out" if refused else ""),
+        )
+
+    def _fresh_setup(self, session: SandboxSession, folder: Path, listing: dict[str, str]) -> None:
+        """Set the check's container up as the agent's was, on the base: the setup command
+        runs nothing of the agent's (its setup.py, its build scripts). Every process it started
+        is ended, then exactly the recorded changes are put over the tree."""
+        task = self.task
+        with self.trees.workspace_archive().open("rb") as handle:
+            session.put_archive(handle)
+        session.start()
         setup = session.exec("check-setup", task.setup_command, timeout=task.setup_timeout)
         if setup.result.timed_out or setup.result.exit_code != 0:
             why = "timed out" if setup.result.timed_out else f"exited {setup.result.exit_code}"
-            raise CheckBlocked(f"the task's setup command {why} on the agent's changes", setup)
+            # It ran on the base, where it ran before the agent's step: not the agent's doing.
+            raise InfrastructureError(
+                f"the task's setup command {why} on the base in the check's container"
+            )
         session.kill_all_processes()
-        with archive.open("rb") as handle:
-            session.put_archive(handle)
+        base = self.trees.base_files()
+        touched = sorted(p for p in {*base, *listing} if base.get(p) != listing.get(p))
+        written = [p for p in touched if p in listing]
+        # Paths the changes write or delete go first (and any file where a folder of theirs
+        # must be), so nothing setup made at those paths stays in the way.
+        in_the_way = {a for p in written for a in ancestors(p) if a in base}
+        self._remove(
+            session,
+            sorted({*touched, *in_the_way}),
+            display=f"apply the recorded changes: {len(written)} file(s) written, "
+            f"{len(touched) - len(written)} deleted",
+        )
+        if written:
+            session.put_archive(
+                changes.files_archive(folder, written, prefix=self.trees.workdir.lstrip("/"))
+            )
 
     def _check_in_place(self) -> CheckResult:
         self.timeline.add(
@@ -254,14 +371,105 @@ class Check:
         )
         agent = self.agent
         agent.halt()  # no process of the agent's, even on a re-check
-        stream = agent.get_archive(agent.workdir)
-        entries = (
-            changes.tree_entries(stream, prefix=changes.archive_prefix(agent.workdir))
-            if stream is not None
-            else {}
-        )
+        saved = self.trees.scratch / f"in-place-{secrets.token_hex(4)}.tar"
+        with saved.open("wb") as out:
+            entries = self._tree_entries(agent, out)
         agent.start()
-        return self._run_check(agent, entries, mode="in_place")
+        try:
+            return self._run_check(agent, entries, mode="in_place")
+        finally:
+            try:
+                self._put_back(agent, saved, entries)
+            except (CheckBlocked, harbor_layout.LayoutBlocked, InfrastructureError) as exc:
+                why = getattr(exc, "summary", "") or getattr(exc, "reason", str(exc))
+                self.timeline.add(
+                    EventKind.ERROR,
+                    message=f"after the check, the agent's own files could not be put back: {why}",
+                )
+            saved.unlink(missing_ok=True)
+
+    def _tree_entries(self, session: SandboxSession, out=None) -> dict[str, str]:
+        """The working folder's entries (path -> kind), read out of the container by Docker;
+        the tar is also written to `out` when given."""
+        stream = session.get_archive(session.workdir)
+        if stream is None:
+            return {}
+        if out is not None:
+            stream = _copied(stream, out)
+        return changes.tree_entries(stream, prefix=changes.archive_prefix(session.workdir))
+
+    def _put_back(self, session: SandboxSession, saved: Path, before: dict[str, str]) -> None:
+        """After an in-place check: nothing of the check outlives it. Its processes are ended,
+        the hidden files and what the check made in the working folder are removed, and the
+        agent's own versions of the paths the reset touched are put back, so the tree is the
+        agent's again (a live API sandbox goes on from it; nothing of Boltz's is recorded as
+        the agent's change)."""
+        plan, task = self.reset, self.task
+        session.kill_all_processes()
+        after = self._tree_entries(session)
+        touched = {*task.check_file_paths, *task.check_removed_paths}
+        if plan is not None:
+            touched |= {*plan.remove, *plan.restore}
+        made = {p for p in after if p not in before}
+        gone = sorted({*touched, *made})
+        gone = [p for p in gone if not any(a in gone for a in ancestors(p))]
+        if gone:
+            self._remove(
+                session,
+                gone,
+                parents=sorted({a for p in gone for a in ancestors(p) if after.get(a) == "dir"}),
+                display=f"after the check: remove {len(gone)} path(s) of the check's, put the "
+                "agent's own files back",
+            )
+        prefix = changes.archive_prefix(session.workdir)
+        restore, count = io.BytesIO(), 0
+        with tarfile.open(saved, "r:") as source, tarfile.open(fileobj=restore, mode="w") as out:
+            for member in source:
+                rel = member.name[len(prefix) :].rstrip("/")
+                if rel and (rel in touched or any(a in touched for a in ancestors(rel))):
+                    out.addfile(member, source.extractfile(member) if member.isfile() else None)
+                    count += 1
+        if count:
+            session.sandbox.put_archive(
+                session.workdir.rstrip("/").rsplit("/", 1)[0] or "/", restore.getvalue()
+            )
+        if task.layout == "harbor":
+            harbor_layout.clear_after_check(session)
+
+    def _repair_verifier_tools(
+        self, session: SandboxSession, check_user: str | None
+    ) -> verifier_repair.Repair:
+        """Put back what the agent changed of what the verifier runs with (verifier_repair),
+        and say so on the timeline. What cannot be put back fails the check (CheckBlocked)."""
+        try:
+            repaired = verifier_repair.repair(session, check_user=check_user)
+        except verifier_repair.RepairFailed as exc:
+            raise CheckBlocked(exc.summary, exc.run) from None
+        acted = [line for line in repaired.report if not line.endswith(", kept)")]
+        if acted:
+            self.timeline.add(
+                EventKind.ERROR,
+                actor="agent",
+                message=f"the agent changed {len(acted)} file(s) the verifier runs with; put "
+                "back as the image had them before the verifier ran: "
+                + ", ".join(repaired.report[:5])
+                + (f" and {len(repaired.report) - 5} more" if len(repaired.report) > 5 else ""),
+                verifier_tools=repaired.report[:200],
+                compiled_reset=repaired.quiet,
+                copied=repaired.restored,
+                removed=repaired.removed,
+            )
+        elif repaired.report or repaired.quiet:
+            self.timeline.add(
+                EventKind.FILE,
+                action="restore",
+                message=f"before the verifier ran: {repaired.quiet} compiled file(s) put back "
+                "as the image had them"
+                + (f"; kept: {', '.join(repaired.report[:5])}" if repaired.report else ""),
+                verifier_tools=repaired.report[:200],
+                compiled_reset=repaired.quiet,
+            )
+        return repaired
 
     def _run_check(
         self, session: SandboxSession, entries: dict[str, str], *, mode: str
@@ -270,30 +478,22 @@ class Check:
         folders = CheckFolders.new()
         harbor = task.layout == "harbor"
         check_user = session.run_as(task.check_user)
+        # In the agent's container, a root agent could have changed what the verifier runs
+        # with: put back as the image had it before anything runs there.
+        repaired = (
+            self._repair_verifier_tools(session, check_user)
+            if mode == "in_place" and (harbor or task.allow_root)
+            else None
+        )
         if harbor:  # Harbor's own folders, the image's HOME, the verifier as the task says
             self._reset_protected(session, entries, [])
             try:
                 harbor_layout.clear_for_check(session)
             except harbor_layout.LayoutBlocked as exc:
                 raise CheckBlocked(exc.summary, exc.run) from None
-            session.put_archive(
-                harbor_layout.folders_tar(
-                    {folders.witness: harbor_layout.ids(check_user)}, mode=0o700
-                )
-            )
             reports = harbor_layout.VERIFIER_LOGS
-            tools, suspect = harbor_layout.touched_tools(session.changed_paths())
-            if tools or suspect:
-                self.timeline.add(
-                    EventKind.ERROR,
-                    actor="agent",
-                    message=f"the agent changed {len(tools) + len(suspect)} file(s) the "
-                    f"verifier runs with: {', '.join([*tools, *suspect][:5])}",
-                    verifier_tools=[*tools, *suspect][:200],
-                )
         else:
-            tools = suspect = []
-            made = [folders.reports, folders.witness]
+            made = [folders.reports]
             if mode == "in_place":
                 made.append(folders.home)
             self._reset_protected(session, entries, made)
@@ -303,7 +503,7 @@ class Check:
         env = {
             **stage_env.resolve(task.stage_env, "verifier"),
             "BOLTZ_CHECK_DIR": reports,
-            "BOLTZ_WITNESS_DIR": folders.witness,
+            "BOLTZ_WITNESS_PIPE": f"{folders.witness}/pipe",
             "PYTEST_ADDOPTS": " ".join(
                 filter(None, [f"-p {folders.module}", image_env.get("PYTEST_ADDOPTS")])
             ),
@@ -316,6 +516,8 @@ class Check:
             "GIT_CONFIG_KEY_1": "core.hooksPath",
             "GIT_CONFIG_VALUE_1": "/dev/null",
         }
+        if harbor and repaired and repaired.home and "HOME" not in image_env:
+            env["HOME"] = repaired.home  # the image's, whatever the agent made of /etc/passwd
         if mode == "in_place" and not harbor:
             env.update(
                 HOME=folders.home,
@@ -323,6 +525,8 @@ class Check:
                 XDG_CONFIG_HOME=f"{folders.home}/.config",
             )
         ooms = session.oom_kills()
+        pipe = WitnessPipe(session, folders.witness, timeout=task.check_timeout + 120)
+        pipe.start()
         run = session.exec(
             "check",
             task.check_command,
@@ -331,17 +535,10 @@ class Check:
             user=check_user,
             user_name=task.check_user,
         )
+        witness, unread = pipe.finish()
         after = session.oom_kills()
         files = session.read_files(reports, max_bytes=MAX_CHECK_FILE)
-        witness, notes = [], []
-        for name, data in sorted(
-            session.read_files(folders.witness, max_bytes=MAX_CHECK_FILE).items()
-        ):
-            if name.endswith(".json") and "/" not in name:
-                try:
-                    witness.append(scoring.parse_witness(data))
-                except scoring.ScoringError as exc:
-                    notes.append(str(exc))
+        notes = []
         score = scoring.score_check(
             exit_code=run.result.exit_code,
             timed_out=run.result.timed_out,
@@ -352,14 +549,20 @@ class Check:
             rules=task.reward_rules,
         )
         score.notes.extend(notes)
-        if tools:  # the verifier ran with tools the agent changed: its reward says nothing
-            score.problem = (
-                f"the agent changed what the verifier runs with ({', '.join(tools[:3])}), so "
-                "its reward cannot be trusted"
-            )
-            score.passed, score.error, score.summary = False, "", score.problem
+        if unread and score.passed:  # what the witness saw is not whole: no pass on it
+            score.problem = score.summary = unread
+            score.passed, score.score = False, 0.0
+        # Code the agent added reaches into the test runner (named when the changes were
+        # recorded): unless the task allows it, nothing this process reported can be trusted.
+        reach = runner_reach.check_problem(
+            Attempt.objects.filter(pk=self.attempt.pk).values_list("tamper", flat=True).first(),
+            task.runner_access,
+        )
+        if reach:
+            score.problem = reach
+            score.passed, score.error, score.summary = False, "", reach
             score.score, score.reward = 0.0, None
-        score.verifier_tools = [*tools, *suspect]
+        score.verifier_tools = repaired.report if repaired else []
         if ooms is not None and after is not None and after > ooms and not score.passed:
             limit = memory_text(task.memory_bytes)
             score.summary = f"the check was killed: out of memory ({limit} limit); {score.summary}"

@@ -4,7 +4,8 @@ when the check runs. Nothing of the task's files is rewritten.
 
 Folders are made by Docker (a tar put into the container) with the owner each stage runs as;
 what the agent may have left in the verifier's way is cleared by the user who could have made
-it, and anything that cannot be cleared blocks the check, never passes it.
+it (with Boltz's own scripts and busybox, `SandboxSession.run_tool`), and anything that cannot
+be cleared blocks the check, never passes it.
 """
 
 from __future__ import annotations
@@ -33,61 +34,12 @@ _CLEAR_VERIFIER = r"""
 if [ -L /logs/verifier ] || [ ! -d /logs/verifier ]; then
   echo "/logs/verifier was replaced"; exit 3
 fi
-find /logs/verifier -mindepth 1 -delete 2>/dev/null
+find /logs/verifier -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + 2>/dev/null
 if [ -n "$(ls -A /logs/verifier 2>/dev/null)" ]; then
   echo "/logs/verifier holds files that cannot be removed"; exit 3
 fi
 exit 0
 """
-
-
-# What Harbor's verifier runs with, in the agent's own container: an agent (root, in most
-# Harbor tasks) that changes one of these could make the verifier report anything. Harbor
-# cannot tell; Boltz reads Docker's list of the container's changes, and a reward given after
-# such a change is not trusted (the check fails, saying why).
-VERIFIER_TOOLS = (
-    "/bin/sh",
-    "/bin/bash",
-    "/bin/dash",
-    "/usr/bin/sh",
-    "/usr/bin/bash",
-    "/usr/bin/dash",
-    "/usr/bin/env",
-    "/usr/bin/python*",
-    "/usr/local/bin/python*",
-    "/usr/local/bin/bash",
-    "/usr/local/bin/sh",
-    "/etc/ld.so.preload",
-    "/etc/bash.bashrc",
-    "*/sitecustomize.py",
-    "*/usercustomize.py",
-)
-# pytest as the image has it: changing or deleting its files is the agent's doing; adding
-# them is what `pip install pytest` does, so an added one is reported, not failed.
-TEST_TOOLS = ("/usr/bin/pytest*", "/usr/local/bin/pytest*", "*/_pytest/*", "*/pytest/*")
-TEST_TOOLS += ("*/pluggy/*",)
-# Changed by ordinary package installs too (a .pth file runs code at Python's start-up):
-# reported for the reviewer, never failing the check.
-SUSPECT = ("*/site-packages/*.pth", "*/dist-packages/*.pth")
-
-
-def touched_tools(changed: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
-    """Among the container's changed paths, as "path (how)": the verifier's tools the agent
-    changed (the check fails), and the suspect ones (reported only)."""
-    from fnmatch import fnmatchcase
-
-    def matches(path: str, patterns) -> bool:
-        return any(fnmatchcase(path, pattern) for pattern in patterns)
-
-    tools, suspect = [], []
-    for path, how in changed:
-        if path.startswith(("/tmp/", "/logs/", "/solution/", "/tests/")):
-            continue
-        if matches(path, VERIFIER_TOOLS) or (how != "added" and matches(path, TEST_TOOLS)):
-            tools.append(f"{path} ({how})")
-        elif matches(path, (*SUSPECT, *TEST_TOOLS)):
-            suspect.append(f"{path} ({how})")
-    return tools, suspect
 
 
 def ids(user: str | None) -> tuple[int, int]:
@@ -144,18 +96,25 @@ def clear_for_check(session: SandboxSession) -> None:
         (_CLEAR_AGENT, task.agent_user, "clear /tests"),
         (_CLEAR_VERIFIER, task.check_user, "empty /logs/verifier"),
     ):
-        run = session.exec(
-            "reset",
-            ["/bin/sh", "-c", script],
-            timeout=120,
-            live=False,
-            display=what,
-            user=session.run_as(user),
-            workdir="/",
-        )
+        run = session.run_tool("reset", script, display=what, user=session.run_as(user))
         if run.result.timed_out or run.result.exit_code != 0:
             raise LayoutBlocked(
                 f"the verifier's folders could not be prepared: {run.text().strip()[:300]}", run
             )
     if task.check_files:
         session.put_archive(bytes(task.check_files))
+
+
+def clear_after_check(session: SandboxSession) -> None:
+    """The task's tests never outlive their check: /tests goes (as root, with Boltz's own
+    tools: Docker put it there as root)."""
+    run = session.run_tool(
+        "reset",
+        'rm -rf /tests; [ ! -e /tests ] || { echo "/tests could not be removed"; exit 3; }',
+        [],
+        user="0:0",
+        display="remove /tests after the check",
+        workdir="/",
+    )
+    if run.result.timed_out or run.result.exit_code != 0:
+        raise LayoutBlocked(f"/tests could not be removed: {run.text().strip()[:300]}", run)

@@ -151,7 +151,7 @@ def _compile(pattern: str) -> re.Pattern:
     return re.compile("(?si:" + regex + ")(?:/.*)?\\Z")
 
 
-def _ancestors(path: str) -> list[str]:
+def ancestors(path: str) -> list[str]:
     parts = path.split("/")
     return ["/".join(parts[:i]) for i in range(1, len(parts))]
 
@@ -165,7 +165,7 @@ def folders_of_tests(paths: Iterable[str]) -> frozenset[str]:
         if folder and any(TEST_FOLDER_NAMES.match(name) for name in folder.split("/")):
             folders.add(folder)
     # A folder inside another test folder adds nothing.
-    return frozenset(f for f in folders if not any(a in folders for a in _ancestors(f)))
+    return frozenset(f for f in folders if not any(a in folders for a in ancestors(f)))
 
 
 def check_command_paths(command: str, base: Iterable[str]) -> list[str]:
@@ -177,7 +177,7 @@ def check_command_paths(command: str, base: Iterable[str]) -> list[str]:
     except ValueError:
         return []
     files = set(base)
-    folders = {a for p in files for a in _ancestors(p)}
+    folders = {a for p in files for a in ancestors(p)}
     named = []
     for word in words:
         path = word.split("::", 1)[0].rstrip("/")
@@ -217,7 +217,7 @@ class Protection:
         inits = {
             f"{a}/__init__.py" if a else "__init__.py"
             for folder in self.folders
-            for a in ["", *_ancestors(folder)]
+            for a in ["", *ancestors(folder)]
         }
         object.__setattr__(self, "_package_inits", frozenset(inits - self.base))
 
@@ -329,12 +329,12 @@ def reset_plan(
     restore = protection.select(base)
     remove = {path for path in entries if protection.covers(path)}
     for target in {*restore, *targets}:
-        for ancestor in _ancestors(target):
+        for ancestor in ancestors(target):
             if entries.get(ancestor, "dir") != "dir":
                 remove.add(ancestor)
         if entries.get(target) == "dir":
             remove.add(target)
-    minimal = sorted(p for p in remove if not any(a in remove for a in _ancestors(p)))
-    parents = sorted({a for p in minimal for a in _ancestors(p) if entries.get(a) == "dir"})
+    minimal = sorted(p for p in remove if not any(a in remove for a in ancestors(p)))
+    parents = sorted({a for p in minimal for a in ancestors(p) if entries.get(a) == "dir"})
     folders = [p for p in minimal if entries.get(p) == "dir"]
     return ResetPlan(minimal, restore, parents, folders)

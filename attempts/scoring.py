@@ -191,22 +191,6 @@ class WitnessRun:
     tests: list[TestCase]
 
 
-def parse_witness(data: bytes) -> WitnessRun:
-    try:
-        payload = json.loads(data.decode("utf-8", errors="replace"))
-        tests = [
-            TestCase(junit_name(str(node))[:1000], str(outcome))
-            for node, outcome in dict(payload.get("tests") or {}).items()
-            if outcome in ("passed", "failed", "error", "skipped")
-        ]
-        status = payload.get("exitstatus")
-        return WitnessRun(
-            payload.get("finished") is True, status if isinstance(status, int) else None, tests
-        )
-    except (ValueError, TypeError, AttributeError):
-        raise ScoringError("Boltz's pytest report could not be read") from None
-
-
 def parse_witness_stream(data: bytes, *, complete: bool = True) -> tuple[list[WitnessRun], str]:
     """The pytest runs in what Boltz's collector read from the witness pipe: one JSON line per
     event (`start`, `test` with its `id` and `outcome`, `end` with the `exitstatus`), in the

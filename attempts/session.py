@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import posixpath
+import secrets
 import shlex
 import tarfile
 import tempfile
@@ -27,7 +28,7 @@ from .capture import StreamCapture
 from .errors import AttemptGone, AttemptStopped, TaskInvalid
 from .models import Actor, Attempt, Event, EventKind
 from .redaction import Redactor, redactable
-from .sandbox.runtime import ExecResult, Sandbox
+from .sandbox.runtime import TOOL_ENV, ExecResult, Sandbox, tool_command
 from .timeline import Timeline, clip
 from .users import UserRefused, resolve_user
 from .workspace import safe_relative, sandbox_owned
@@ -68,18 +69,19 @@ def files_tar(
     entries: dict[str, bytes], *, mode: int = 0o644, owner: tuple[int, int] | None = None
 ) -> bytes:
     """A tar of files (path -> bytes) owned by the sandbox user (or `owner`, uid and gid, for
-    the files), with their parent folders."""
+    the files), with their parent folders below the top level: a top-level folder such as /tmp
+    is the image's, and Docker would give an existing one the header's owner and mode."""
     buffer = io.BytesIO()
     folders: set[str] = set()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for path, data in entries.items():
             parts = path.split("/")[:-1]
-            for i in range(1, len(parts) + 1):
+            for i in range(2, len(parts) + 1):
                 folder = "/".join(parts[:i])
                 if folder not in folders:
                     folders.add(folder)
                     info = tarfile.TarInfo(folder)
-                    info.type, info.mode = tarfile.DIRTYPE, 0o755
+                    info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
                     tar.addfile(sandbox_owned(info))
             info = tarfile.TarInfo(path)
             info.size, info.mode, info.mtime = len(data), mode, int(time.time())
@@ -352,6 +354,35 @@ class SandboxSession:
             raise stopped
         return run
 
+    def run_tool(
+        self,
+        step: str,
+        script: str,
+        args: list[str] | tuple[str, ...] = (),
+        *,
+        user: str | None = None,
+        display: str = "",
+        workdir: str = "/",
+        timeout: float = 120,
+        actor: str = Actor.SYSTEM,
+    ) -> CommandRun:
+        """Run one of Boltz's own shell scripts in the sandbox, recorded on the timeline like
+        any command (not live). It runs with Boltz's busybox sh and applets from the
+        read-only tools mount, never with anything of the image's or the agent's, so it is
+        safe as root too. `args` are its `$1`...; `user`: `uid:gid` (None: the sandbox
+        user, "0:0": root)."""
+        return self.exec(
+            step,
+            tool_command(script, args, name=f"boltz-{step}"),
+            timeout=timeout,
+            actor=actor,
+            environment=TOOL_ENV,
+            live=False,
+            display=display or f"Boltz's {step} script",
+            workdir=workdir,
+            user=user,
+        )
+
     # --- files -----------------------------------------------------------------------------------
     def put_files(
         self,
@@ -436,6 +467,7 @@ class FileOpError(Exception):
 
 
 # File operations run as the sandbox user, so its permissions decide; exit codes say why not.
+# They are Boltz's scripts: busybox's sh and applets from the read-only tools mount.
 _FILE_SCRIPTS = {
     "read": r"""
 p="$1"
@@ -459,7 +491,8 @@ p="$1"
 [ -e "$p" ] || exit 2
 [ -d "$p" ] || exit 20
 [ -r "$p" ] && [ -x "$p" ] || exit 13
-find "$p" -mindepth 1 -maxdepth 1 -printf '%y\t%s\t%m\t%f\0'
+cd -- "$p" || exit 13
+find . -mindepth 1 -maxdepth 1 -exec stat -c '%F|%s|%a' {} \; -print0
 """,
     "delete": r"""
 p="$1"
@@ -476,8 +509,13 @@ if [ -d "$p" ]; then [ -x "$p" ] || exit 13; fi
 cd -- "$(dirname -- "$p")" 2>/dev/null || exit 13
 exec tar -cf - -- "$(basename -- "$p")" 2>/dev/null || exit 13
 """,
-    "mkdir": r"""
-mkdir -p -- "$1" 2>/dev/null || exit 13
+    # A tar Boltz checked and staged (owned by the user): unpacked by the user into the folder.
+    "untar": r"""
+src="$1"; p="$2"
+if ! mkdir -p -- "$p" 2>/dev/null || ! cd -- "$p" 2>/dev/null; then rm -f -- "$src"; exit 13; fi
+tar -x -o -f "$src"; status=$?
+rm -f -- "$src"
+[ "$status" -eq 0 ] || exit 13
 """,
 }
 _FILE_ERRORS = {
@@ -509,14 +547,26 @@ def agent_ids(session: SandboxSession) -> tuple[int, int] | None:
 def _run_file_script(session: SandboxSession, name: str, args: list[str], *, limit: int = 1 << 20):
     collector = _Collector(limit)
     user = session.agent_user
-    result = session.sandbox.exec(
-        ["/bin/sh", "-c", _FILE_SCRIPTS[name], f"boltz-{name}", *args],
+    result = session.sandbox.run_tool(
+        _FILE_SCRIPTS[name],
+        args,
+        name=f"boltz-{name}",
         timeout=120,
         on_output=collector,
         workdir=session.workdir,
         **({"user": user} if user else {}),
     )
     return result, collector
+
+
+def _stage(session: SandboxSession, data: bytes) -> str:
+    """Put bytes in the sandbox as a file of the acting user's (mode 0600, an unguessable
+    name in /tmp), for a file script of that user's to take."""
+    staged = f"/tmp/.boltz-upload-{secrets.token_hex(12)}"
+    session.sandbox.put_archive(
+        "/", files_tar({staged.lstrip("/"): data}, mode=0o600, owner=agent_ids(session))
+    )
+    return staged
 
 
 def _raise_for(result, path: str) -> None:
@@ -543,10 +593,7 @@ def read_file(session: SandboxSession, path: str, *, max_bytes: int) -> bytes:
 
 def write_file(session: SandboxSession, path: str, data: bytes, *, mode: int = 0o644) -> None:
     """Write a file as the sandbox user (its folders made as needed)."""
-    staged = f"/tmp/.boltz-upload-{time.monotonic_ns()}"
-    session.sandbox.put_archive(
-        "/", files_tar({staged.lstrip("/"): data}, mode=0o600, owner=agent_ids(session))
-    )
+    staged = _stage(session, data)
     result, _ = _run_file_script(session, "write", [staged, path, f"{mode:o}"])
     _raise_for(result, path)
     session.timeline.add(
@@ -557,21 +604,30 @@ def write_file(session: SandboxSession, path: str, data: bytes, *, mode: int = 0
 def list_folder(session: SandboxSession, path: str) -> list[dict]:
     result, got = _run_file_script(session, "list", [path], limit=16 << 20)
     _raise_for(result, path)
-    kinds = {"f": "file", "d": "dir", "l": "link"}
+    kinds = {
+        b"regular file": "file",
+        b"regular empty file": "file",
+        b"directory": "dir",
+        b"symbolic link": "link",
+    }
     entries = []
+    # Per entry: busybox stat's "type|size|mode", a newline, then "./name" and a NUL.
     for record in bytes(got.out).split(b"\0"):
-        if record.count(b"\t") >= 3:
-            kind, size, mode, name = record.split(b"\t", 3)
-            text = name.decode("utf-8", errors="replace")
-            entries.append(
-                {
-                    "name": text,
-                    "path": f"{path.rstrip('/')}/{text}",
-                    "type": kinds.get(kind.decode(), "other"),
-                    "size": int(size),
-                    "mode": mode.decode(),
-                }
-            )
+        stat, _, name = record.partition(b"\n")
+        fields = stat.rsplit(b"|", 2)
+        if len(fields) != 3 or not name.startswith(b"./") or not fields[1].isdigit():
+            continue
+        kind, size, mode = fields
+        text = name[2:].decode("utf-8", errors="replace")
+        entries.append(
+            {
+                "name": text,
+                "path": f"{path.rstrip('/')}/{text}",
+                "type": kinds.get(kind, "other"),
+                "size": int(size),
+                "mode": mode.decode(),
+            }
+        )
     return sorted(entries, key=lambda e: e["name"])
 
 
@@ -582,8 +638,10 @@ def delete_path(session: SandboxSession, path: str) -> None:
 
 
 def upload_archive(session: SandboxSession, path: str, data: bytes) -> int:
-    """Unpack a tar into the folder `path` (made as the sandbox user), every entry owned by
-    the sandbox user; entries that would leave the folder are refused."""
+    """Unpack a tar into the folder `path`, as the sandbox user: Boltz checks it here (entries
+    that would leave the folder, links out of it, anything but files, folders and links are
+    refused; modes lose setuid bits), then the user unpacks it with Boltz's busybox tar, so
+    it makes nothing the user could not make with its own shell, and owns all it makes."""
     members = 0
     out = io.BytesIO()
     try:
@@ -602,19 +660,17 @@ def upload_archive(session: SandboxSession, path: str, data: bytes) -> int:
             if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
                 raise FileOpError("invalid", f"{member.name!r} is not a file, folder or link")
             info = sandbox_owned(member)
-            owner = agent_ids(session)
-            if owner is not None:
-                info.uid, info.gid = owner
-                info.uname = info.gname = ""
-            info.name = f"{path.strip('/')}/{name}"
+            info.name = name
             if member.islnk():
-                info.linkname = f"{path.strip('/')}/{safe_relative(member.linkname)}"
+                info.linkname = safe_relative(member.linkname) or ""
+                if not info.linkname:
+                    raise FileOpError("invalid", f"{member.name!r} links outside {path}")
             info.mode &= 0o777
             tar.addfile(info, source.extractfile(member) if member.isfile() else None)
             members += 1
-    result, _ = _run_file_script(session, "mkdir", [path])
+    staged = _stage(session, out.getvalue())
+    result, _ = _run_file_script(session, "untar", [staged, path])
     _raise_for(result, path)
-    session.sandbox.put_archive("/", out.getvalue())
     session.timeline.add(
         EventKind.FILE, actor=Actor.AGENT, action="upload", path=path, files=members
     )

@@ -180,7 +180,7 @@ def page(rows, verdict: str, args) -> str:
         "that owns its sandbox and gathers the answers as they come; on the worker, each call "
         "runs the command as an exec recorded on the "
         "timeline (its start, and its end with its output kept capped at head and tail, the "
-        "full raw output stored), under coreutils `timeout` (its hard time limit); then the "
+        "full raw output stored), under Boltz's exec wrapper (its hard time limit); then the "
         "web process adds the step to the pool's counts (a write) and answers all N results "
         "in one response. The raw path is docker-py in this process: N threads, each an "
         "`exec_run` of `true` in its own container as the sandbox user in /workspace, nothing "

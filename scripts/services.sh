@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install (Debian, as root or with sudo) and start what Boltz needs on this host:
-# Docker Engine and Redis. Idempotent: what is already installed or running is reused.
+# Docker Engine, Redis and a static busybox. Idempotent: what is already installed or running
+# is reused.
 #   scripts/services.sh install   install the Debian packages that are missing
 #   scripts/services.sh start     start dockerd and redis-server if they are not running
 #   scripts/services.sh browser   install Chromium (browser tests)
@@ -28,10 +29,14 @@ apt_install() {
     command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || missing+=("$pkg")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
-  need_debian "${missing[@]}"
-  echo "boltz: installing ${missing[*]}"
+  apt_packages "${missing[@]}"
+}
+
+apt_packages() {  # install these Debian packages
+  need_debian "$@"
+  echo "boltz: installing $*"
   $SUDO apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "$@"
 }
 
 as_user() {  # as_user USER COMMAND...
@@ -52,6 +57,13 @@ wait_for() {  # wait_for DESCRIPTION COMMAND...
 case "${1:-start}" in
   install)
     apt_install dockerd:docker.io redis-server:redis-server debootstrap:debootstrap git:git
+    # Boltz's own tools in every sandbox (its init's sleep, its exec wrapper and scripts) are
+    # Debian's static busybox, mounted read-only: the dynamically linked `busybox` won't do.
+    if command -v dpkg >/dev/null 2>&1; then
+      dpkg -s busybox-static >/dev/null 2>&1 || apt_packages busybox-static
+    elif [ ! -x /bin/busybox ]; then
+      need_debian busybox-static
+    fi
     ;;
   browser)
     apt_install chromium:chromium

@@ -173,6 +173,7 @@ def test_class5_an_in_place_check_sees_nothing_the_record_leaves_out(worker, mak
     hidden_fix = (
         "mkdir -p calc && echo '*' > calc/.gitignore\n"
         "sed 's/a - b/a + b/' calc.py > calc/__init__.py\n"
+        "python3 -c 'import calc'\n"  # bytecode, which is neither recorded nor checked
     )
     hidden_flip = f"mkdir -p helper && echo '*' > helper/.gitignore\ncat > helper/__init__.py <<'PY'\n{GC_FLIP}PY\necho 'import helper' >> calc.py\n"
     result = run_all(("ignored_fix", task, hidden_fix), ("ignored_flip", task, hidden_flip))
@@ -180,6 +181,8 @@ def test_class5_an_in_place_check_sees_nothing_the_record_leaves_out(worker, mak
     fixer = result["ignored_fix"]
     if "calc/__init__.py" not in fixer.diff or "a + b" not in fixer.diff:
         problems.append(f"the ignored package is not in the diff: {verdict(fixer)}")
+    if "__pycache__" in fixer.diff:
+        problems.append(f"bytecode was recorded: {verdict(fixer)}")
     if "helper/__init__.py" not in result["ignored_flip"].diff:
         problems.append(f"the ignored plugin is not in the diff: {verdict(result['ignored_flip'])}")
     assert not problems, "\n".join(problems)

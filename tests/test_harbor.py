@@ -329,7 +329,8 @@ def test_the_attempt_page_shows_who_each_stage_ran_as(worker, docker_ready, admi
 @pytest.mark.worker
 def test_an_agent_that_swaps_the_verifiers_python_is_not_rewarded(worker, docker_ready):
     """Harbor runs its verifier in the agent's container: a root agent could put a python3
-    that always succeeds ahead on PATH. Docker's list of the container's changes shows it."""
+    that always succeeds ahead on PATH. Docker's list of the container's changes shows it, and
+    it is taken out of the verifier's way (and reported) before the verifier runs."""
     run_import(HARBOR / "csv-sum")
     task = Task.objects.get(slug="csv-sum")
     attempt = run(
@@ -337,11 +338,10 @@ def test_an_agent_that_swaps_the_verifiers_python_is_not_rewarded(worker, docker
         "command",
         "printf '#!/bin/sh\\nexit 0\\n' > /usr/local/bin/python3 && chmod 755 /usr/local/bin/python3",
     )
+    # The verifier ran with the image's python3: the work was not done, no reward.
     assert attempt.outcome == Outcome.FAILED and attempt.score == 0.0
-    assert "changed what the verifier runs with (/usr/local/bin/python3 (added))" in (
-        attempt.failure_reason
-    )
-    assert attempt.tamper["verifier_tools"] == ["/usr/local/bin/python3 (added)"]
+    assert attempt.checks.get().reward == {"reward": 0.0}
+    assert attempt.tamper["verifier_tools"] == ["/usr/local/bin/python3 (added, removed)"]
 
 
 def test_image_overrides_a_harbor_tasks_dockerfile(docker_ready):

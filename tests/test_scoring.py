@@ -4,11 +4,12 @@ must agree."""
 import pytest
 
 from attempts.scoring import (
-    ScoringError,
     TestCase as Case,
+)
+from attempts.scoring import (
     WitnessRun,
     parse_junit,
-    parse_witness,
+    parse_witness_stream,
     score_check,
 )
 
@@ -159,15 +160,43 @@ def test_reports_that_contradict_each_other_fail_and_the_worst_outcome_counts():
     assert nested.source == "exit_code" and nested.tests == []
 
 
-def test_the_plugin_report_parses_and_names_tests_as_junit_does():
-    run = parse_witness(
-        b'{"finished": true, "exitstatus": 1, "tests": '
-        b'{"tests/test_a.py::TestX::test_y[1]": "failed", "tests/test_a.py::test_z": "weird"}}'
-    )
-    assert (run.finished, run.exitstatus) == (True, 1)
-    assert [(t.name, t.outcome) for t in run.tests] == [("tests.test_a.TestX::test_y[1]", "failed")]
-    with pytest.raises(ScoringError):
-        parse_witness(b"not json")
+def test_the_witness_stream_parses_and_names_tests_as_junit_does():
+    lines = [
+        b'{"run":"7-a","event":"start"}',
+        b'{"run":"7-a","event":"test","id":"tests/test_a.py::TestX::test_y[1]","outcome":"failed"}',
+        b'{"run":"7-a","event":"test","id":"tests/test_a.py::test_z","outcome":"weird"}',
+        b"garbage the code under test wrote \xff",
+        b'{"run":"7-a","event":"end","exitstatus":1}',
+        b'{"run":"8-b","event":"start"}',
+    ]
+    runs, problem = parse_witness_stream(b"\n".join(lines))
+    assert problem == ""
+    first, second = runs
+    assert (first.finished, first.exitstatus) == (True, 1)
+    assert [(t.name, t.outcome) for t in first.tests] == [
+        ("tests.test_a.TestX::test_y[1]", "failed")
+    ]
+    assert (second.finished, second.tests) == (False, [])  # it started and never ended
+
+
+def test_a_failure_seen_by_the_witness_cannot_be_taken_back_by_a_later_line():
+    lines = [
+        b'{"run":"1","event":"test","id":"t.py::a","outcome":"failed"}',
+        b'{"run":"1","event":"end","exitstatus":1}',
+        # What code under test could write afterwards:
+        b'{"run":"1","event":"test","id":"t.py::a","outcome":"passed"}',
+        b'{"run":"1","event":"end","exitstatus":0}',
+    ]
+    (run,), _ = parse_witness_stream(b"\n".join(lines))
+    assert [(t.name, t.outcome) for t in run.tests] == [("t::a", "failed")]
+    assert run.exitstatus == 1
+    result = score_check(exit_code=0, timed_out=False, files={}, witness=[run])
+    assert (result.passed, result.score) == (False, 0.0)
+
+
+def test_a_witness_that_was_not_read_to_its_end_is_not_trusted():
+    _runs, problem = parse_witness_stream(b"", complete=False)
+    assert "could not be read to its end" in problem
 
 
 def test_broken_junit_falls_back_to_the_exit_code():
@@ -252,9 +281,7 @@ def test_reward_files_that_contradict_each_other_fail_with_a_zero(rules):
     """Code under test can write reward.json, which is read first, while the check's own
     script writes reward.txt: two rewards that differ are not trusted."""
     files = {"reward.json": b'{"reward": 1}', "reward.txt": b"0"}
-    result = score_check(
-        exit_code=0, timed_out=False, files=files, reward_file=True, rules=rules
-    )
+    result = score_check(exit_code=0, timed_out=False, files=files, reward_file=True, rules=rules)
     assert (result.passed, result.score) == (False, 0.0)
     assert result.problem == result.summary
     assert "reward.json says 1, reward.txt says 0" in result.problem

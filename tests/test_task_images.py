@@ -123,26 +123,3 @@ def test_image_overrides_a_task_folders_own_image_for_every_format(docker_ready,
     task = Task.objects.get(slug="overridden")
     assert task.image == "boltz-sandbox:bookworm" and not task.build_context
     assert "build:" not in out.getvalue()
-
-
-def test_what_the_verifier_runs_with_fails_the_check_only_when_the_agent_changed_it():
-    from attempts.harbor_layout import touched_tools
-
-    tools, suspect = touched_tools(
-        [
-            ("/usr/local/bin/python3", "added"),  # ahead of the image's on PATH
-            ("/usr/lib/python3/dist-packages/_pytest/main.py", "changed"),
-            ("/usr/local/lib/python3.11/dist-packages/_pytest/main.py", "added"),  # pip install
-            ("/usr/local/lib/python3.11/dist-packages/easy.pth", "added"),
-            ("/usr/local/bin/tally", "added"),
-            ("/tmp/boltz-witness-1/x.json", "added"),
-        ]
-    )
-    assert tools == [
-        "/usr/local/bin/python3 (added)",
-        "/usr/lib/python3/dist-packages/_pytest/main.py (changed)",
-    ]
-    assert suspect == [
-        "/usr/local/lib/python3.11/dist-packages/_pytest/main.py (added)",
-        "/usr/local/lib/python3.11/dist-packages/easy.pth (added)",
-    ]

@@ -20,11 +20,15 @@ from dataclasses import dataclass
 
 import docker
 import docker.errors
+import docker.types
 import requests.exceptions
 from django.conf import settings
 
 from attempts.errors import DockerUnavailable, ImageBuildFailed, InfrastructureError, SandboxGone
 from attempts.workspace import SANDBOX_UID
+
+from . import tools
+from .tools import BUSYBOX, EXEC_SCRIPT, TOOLS_DIR, TOOLS_PATH
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +41,8 @@ LABEL_ROLE = "boltz.role"
 INIT_UID = 65533
 # Seconds past a command's own timeout before the host steps in and kills every process.
 HOST_GRACE = 5.0
+# The environment of Boltz's own scripts (`tool_command`): only Boltz's busybox on the PATH.
+TOOL_ENV = {"PATH": TOOLS_PATH}
 
 _client_lock = threading.Lock()
 _client: docker.DockerClient | None = None
@@ -284,6 +290,13 @@ class ExecResult:
     killed_by_host: bool = False
 
 
+def tool_command(script: str, args: list[str] | tuple[str, ...] = (), *, name: str = "boltz"):
+    """The argv that runs one of Boltz's shell scripts with Boltz's busybox sh (`$0` is
+    `name`, `$1`... the args); run it with TOOL_ENV, so every command it names is one of
+    busybox's applets and nothing of the image's."""
+    return [BUSYBOX, "sh", "-c", script, name, *args]
+
+
 class Sandbox:
     """One attempt's container. Created stopped; `start()` runs it; `stop()` keeps it."""
 
@@ -297,11 +310,19 @@ class Sandbox:
         remove_container(spec.name)
         if not image_exists(spec.image):
             raise InfrastructureError(f"image {spec.image!r} is not on host {settings.BOLTZ_HOST}")
+        tools_folder = tools.ensure()  # InfrastructureError naming the package if missing
         container = client().containers.create(
             spec.image,
-            command=["sleep", "infinity"],
+            # Boltz's own `sleep`: nothing of the image's, which an agent may have removed.
+            command=[BUSYBOX, "sleep", "infinity"],
             name=spec.name,
             hostname="sandbox",
+            # Boltz's tools, read-only: no agent, root included, can change or move them.
+            mounts=[
+                docker.types.Mount(
+                    target=TOOLS_DIR, source=str(tools_folder), type="bind", read_only=True
+                )
+            ],
             # The init and its `sleep` run as root (with no capabilities), every command as
             # the sandbox user: an agent cannot signal the init, so it cannot end its own
             # sandbox and have that read as an infrastructure fault. Where commands may run
@@ -353,11 +374,12 @@ class Sandbox:
     @docker_call
     def oom_kills(self) -> int | None:
         """How many processes the kernel has killed in this sandbox for want of memory (from
-        its cgroup, read as root: no agent can write it). None if it cannot be read."""
+        its cgroup, read by Boltz's own `cat`: no agent can write it). None if it cannot be
+        read."""
         api = client().api
         try:
             exec_id = api.exec_create(
-                self.id, ["cat", *_OOM_FILES], stdout=True, stderr=False, user="0:0"
+                self.id, [BUSYBOX, "cat", *_OOM_FILES], stdout=True, stderr=False, user="0:0"
             )["Id"]
             output = api.exec_start(exec_id, stream=False, demux=False) or b""
         except docker.errors.APIError:
@@ -373,6 +395,8 @@ class Sandbox:
         return [
             (item["Path"], kinds.get(item.get("Kind"), "changed"))
             for item in client().api.diff(self.id) or []
+            # The mount point of Boltz's tools is Docker's doing, not the agent's.
+            if item["Path"] != TOOLS_DIR and not item["Path"].startswith(TOOLS_DIR + "/")
         ]
 
     def image_environment(self) -> dict[str, str]:
@@ -454,15 +478,18 @@ class Sandbox:
         user: str = f"{SANDBOX_UID}:{SANDBOX_UID}",
         workdir: str = "/workspace",
     ) -> ExecResult:
-        """Run a command with a hard timeout, streaming (stream, bytes) to on_output.
+        """Run a command (argv, run exactly as given) with a hard timeout, streaming (stream,
+        bytes) to on_output.
 
-        The command runs under coreutils `timeout`, which signals its whole process group
-        (TERM, then KILL two seconds later). If output is still open past the timeout plus a
-        grace (a process escaped the group and holds the pipe), the host kills every process
-        in the sandbox. `on_tick` is called at least twice a second while the command runs.
+        The command runs under Boltz's exec wrapper (`tools.EXEC_WRAPPER`, run by Boltz's
+        busybox from the read-only tools mount), which signals its whole process group at the
+        timeout (TERM, then KILL two seconds later) and exits 124 (137 if KILL was needed). If
+        output is still open past the timeout plus a grace (a process escaped the group and
+        holds the pipe), the host kills every process in the sandbox. `on_tick` is called at
+        least twice a second while the command runs.
         """
         api = client().api
-        wrapped = ["timeout", "-s", "TERM", "-k", "2", f"{max(timeout, 0.1):.1f}", *command]
+        wrapped = [BUSYBOX, "sh", EXEC_SCRIPT, f"{max(timeout, 0.1):.1f}", *command]
         exec_id = api.exec_create(
             self.id,
             wrapped,
@@ -535,7 +562,192 @@ class Sandbox:
         if not killed_by_host and (exit_code is None or exit_code >= 128):
             time.sleep(0.3)  # a container being killed may still say it runs for a moment
             self.ensure_running()
-        # `timeout` exits 124 (TERM worked) or 137 (KILL needed); an agent's own 124 that came
-        # early is not a timeout.
+        # The wrapper exits 124 (TERM worked) or 137 (KILL needed); an agent's own 124 that
+        # came early is not a timeout.
         timed_out = killed_by_host or (exit_code in (124, 137) and duration >= timeout - 0.5)
         return ExecResult(exit_code, timed_out, duration, killed_by_host)
+
+    def run_tool(
+        self,
+        script: str,
+        args: list[str] | tuple[str, ...] = (),
+        *,
+        name: str = "boltz",
+        timeout: float = 120,
+        on_output: Callable[[str, bytes], None],
+        user: str = f"{SANDBOX_UID}:{SANDBOX_UID}",
+        workdir: str = "/",
+    ) -> ExecResult:
+        """Run one of Boltz's shell scripts (`tool_command`) as `user`, unrecorded (a session's
+        `run_tool` records it on the timeline)."""
+        return self.exec(
+            tool_command(script, args, name=name),
+            timeout=timeout,
+            on_output=on_output,
+            environment=TOOL_ENV,
+            user=user,
+            workdir=workdir,
+        )
+
+
+# --- Files as an image holds them: what an in-place verifier runs with (verifier_repair.py) ---
+
+# Go's os.FileMode type bits, as Docker's path stat gives them.
+_GO_TYPES = ((1 << 31, "dir"), (1 << 27, "link"))
+_GO_OTHER = (1 << 26) | (1 << 25) | (1 << 24) | (1 << 21)
+_GO_SPECIAL = ((1 << 23, 0o4000), (1 << 22, 0o2000), (1 << 20, 0o1000))
+
+
+@dataclass(frozen=True)
+class PathStat:
+    """A path's own entry in a container (a final link not followed), as Docker stats it."""
+
+    kind: str  # "file", "dir", "link" or "other"
+    mode: int  # permission bits (with set-id and sticky bits)
+    size: int
+    link: str
+
+
+def _archive_url(container_id: str) -> str:
+    return client().api._url("/containers/{0}/archive", container_id)
+
+
+def _missing(response, container_id: str) -> bool:
+    """A 404 from the archive endpoint: True if the path is missing; SandboxGone if the
+    container is."""
+    if response.status_code != 404:
+        return False
+    if "No such container" in response.text:
+        raise SandboxGone(f"container {container_id[:12]} no longer exists")
+    return True
+
+
+@docker_call
+def path_stat(container_id: str, path: str) -> PathStat | None:
+    """`path` in a container (running, stopped or never started), read by Docker without
+    anything running inside it. None if it does not exist."""
+    import base64
+    import json
+
+    api = client().api
+    response = api.head(_archive_url(container_id), params={"path": path})
+    if _missing(response, container_id):
+        return None
+    api._raise_for_status(response)
+    stat = json.loads(base64.b64decode(response.headers["X-Docker-Container-Path-Stat"]))
+    mode = int(stat.get("mode") or 0)
+    kind = next((name for bit, name in _GO_TYPES if mode & bit), "")
+    kind = kind or ("other" if mode & _GO_OTHER else "file")
+    perm = (mode & 0o777) | sum(bit for go, bit in _GO_SPECIAL if mode & go)
+    return PathStat(kind, perm, int(stat.get("size") or 0), stat.get("linkTarget") or "")
+
+
+def _archive_stream(container_id: str, path: str):
+    """The response streaming `path`'s tar (uncompressed), or None if it does not exist."""
+    api = client().api
+    response = api.get(
+        _archive_url(container_id),
+        params={"path": path},
+        stream=True,
+        headers={"Accept-Encoding": "identity"},
+    )
+    if _missing(response, container_id):
+        response.close()
+        return None
+    api._raise_for_status(response)
+    response.raw.decode_content = True
+    return response
+
+
+@docker_call
+def path_digest(container_id: str, path: str) -> str | None:
+    """A digest of `path`'s own entry in a container: its type, mode, owner, link target and,
+    for a file, its bytes (a folder's entry only, not what it holds). None if absent."""
+    import hashlib
+
+    response = _archive_stream(container_id, path)
+    if response is None:
+        return None
+    try:
+        with tarfile.open(fileobj=response.raw, mode="r|") as tar:
+            member = tar.next()
+            if member is None:
+                return None
+            digest = hashlib.sha256(
+                repr(
+                    (member.type, member.mode, member.uid, member.gid, member.linkname, member.size)
+                ).encode()
+            )
+            if member.isfile():
+                handle = tar.extractfile(member)
+                while chunk := handle.read(1 << 20):
+                    digest.update(chunk)
+            return digest.hexdigest()
+    finally:
+        response.close()
+
+
+@docker_call
+def _snapshot(image: str) -> str:
+    labels = {LABEL_HOST: settings.BOLTZ_HOST, LABEL_INSTANCE: settings.BOLTZ_INSTANCE}
+    return client().api.create_container(
+        image, command=["true"], network_disabled=True, labels={**labels, LABEL_ROLE: "snapshot"}
+    )["Id"]
+
+
+@contextlib.contextmanager
+def image_snapshot(image: str) -> Iterator[str]:
+    """A container made from `image` and never started: its files exactly as the image holds
+    them, for `path_stat`, `path_digest`, `Sandbox.read_files` and `copy_paths`. Removed
+    afterwards."""
+    container = _snapshot(image)
+    try:
+        yield container
+    finally:
+        remove_container(container)
+
+
+@docker_call
+def container_image(container_id: str) -> str:
+    """The id of the image a container was made from."""
+    info = inspect_container(container_id)
+    if info is None:
+        raise SandboxGone(f"container {container_id[:12]} no longer exists")
+    return info["Image"]
+
+
+@docker_call
+def copy_paths(source_id: str, target_id: str, paths: dict[str, bool]) -> list[str]:
+    """Copy paths from one container into another at the same places, as one tar that Docker
+    writes (so owners, modes, links and extended attributes are the source's, and whatever is
+    in the target's way, a link or a file where a folder was, is replaced). `paths`: path ->
+    True for the whole tree, False for a folder's own entry (its owner and mode) only. Returns
+    the paths the source lacks (not copied)."""
+    import posixpath
+    import tempfile
+
+    missing = []
+    with tempfile.SpooledTemporaryFile(max_size=64 << 20) as spool:
+        with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as out:
+            for path in sorted(paths):
+                response = _archive_stream(source_id, path)
+                if response is None:
+                    missing.append(path)
+                    continue
+                prefix = posixpath.dirname(path.rstrip("/")).strip("/")
+                try:
+                    with tarfile.open(fileobj=response.raw, mode="r|") as tar:
+                        for member in tar:
+                            member.name = posixpath.join(prefix, member.name)
+                            if member.islnk():
+                                member.linkname = posixpath.join(prefix, member.linkname)
+                            data = tar.extractfile(member) if member.isfile() else None
+                            out.addfile(member, data)
+                            if not paths[path]:
+                                break
+                finally:
+                    response.close()
+        spool.seek(0)
+        if not client().api.put_archive(target_id, "/", spool):
+            raise InfrastructureError("could not copy the image's files into the sandbox")
+    return missing

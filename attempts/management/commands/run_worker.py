@@ -4,10 +4,12 @@ import subprocess
 import sys
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
+from attempts.errors import InfrastructureError
 from attempts.opcalls import requests_key
 from attempts.queueing import callbacks_queue, host_queue
+from attempts.sandbox import tools
 
 
 class Command(BaseCommand):
@@ -24,6 +26,11 @@ class Command(BaseCommand):
 
     def handle(self, *args, loglevel, **options):
         host, capacity = settings.BOLTZ_HOST, settings.BOLTZ_MAX_SANDBOXES
+        # Every sandbox runs Boltz's own busybox (a read-only mount): no host without it works.
+        try:
+            self.stdout.write(f"sandbox tools (mounted at {tools.TOOLS_DIR}): {tools.ensure()}")
+        except InfrastructureError as exc:
+            raise CommandError(f"the workers cannot start: {exc.reason}") from None
         base = [
             sys.executable,
             "-m",
