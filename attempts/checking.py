@@ -499,11 +499,13 @@ class Check:
             self._reset_protected(session, entries, made)
             reports = folders.reports
         session.put_archive(folders.plugin_tar())
+        pipe = WitnessPipe(session, folders.witness, timeout=task.check_timeout + 120)
         image_env = session.image_environment()
         env = {
             **stage_env.resolve(task.stage_env, "verifier"),
             "BOLTZ_CHECK_DIR": reports,
-            "BOLTZ_WITNESS_PIPE": f"{folders.witness}/pipe",
+            "BOLTZ_WITNESS_PIPE": pipe.pipe,
+            "BOLTZ_WITNESS_ROOT": session.workdir,
             "PYTEST_ADDOPTS": " ".join(
                 filter(None, [f"-p {folders.module}", image_env.get("PYTEST_ADDOPTS")])
             ),
@@ -525,7 +527,6 @@ class Check:
                 XDG_CONFIG_HOME=f"{folders.home}/.config",
             )
         ooms = session.oom_kills()
-        pipe = WitnessPipe(session, folders.witness, timeout=task.check_timeout + 120)
         pipe.start()
         run = session.exec(
             "check",
@@ -538,7 +539,6 @@ class Check:
         witness, unread = pipe.finish()
         after = session.oom_kills()
         files = session.read_files(reports, max_bytes=MAX_CHECK_FILE)
-        notes = []
         score = scoring.score_check(
             exit_code=run.result.exit_code,
             timed_out=run.result.timed_out,
@@ -548,7 +548,6 @@ class Check:
             witness=witness,
             rules=task.reward_rules,
         )
-        score.notes.extend(notes)
         if unread and score.passed:  # what the witness saw is not whole: no pass on it
             score.problem = score.summary = unread
             score.passed, score.score = False, 0.0

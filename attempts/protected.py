@@ -214,20 +214,12 @@ class Protection:
         object.__setattr__(self, "_hooks", hooks)
         own = {p.split("/", 1)[0] for p in self.base}
         object.__setattr__(self, "_own", {n[:-3] if n.endswith(".py") else n for n in own})
-        inits = {
-            f"{a}/__init__.py" if a else "__init__.py"
-            for folder in self.folders
-            for a in ["", *ancestors(folder)]
-        }
-        object.__setattr__(self, "_package_inits", frozenset(inits - self.base))
 
     def covers(self, path: str) -> bool:
         if path in self.literal or any(path.startswith(p + "/") for p in self.literal):
             return True
         if any(path.startswith(f + "/") for f in self.folders):
             return True
-        if path in self._package_inits:  # type: ignore[attr-defined]
-            return True  # a new package around the test folders changes what pytest imports
         if self.top_level_modules:
             top, inside, _rest = path.partition("/")
             name = top[:-3] if top.endswith(".py") and not inside else top

@@ -184,54 +184,92 @@ def disagreement(tests: list[TestCase], exit_code: int | None, *, both_ways: boo
 
 @dataclass
 class WitnessRun:
-    """One pytest run as Boltz's own plugin saw it (attempts/sandbox/pytest_witness.py)."""
+    """One pytest run as Boltz's own plugin saw it (attempts/sandbox/pytest_witness.py).
+    `finished`: it ended, and a run that ended with status 0 reported every test it collected.
+    `broken`: the modules (as JUnit names) whose collection failed or that the code under test
+    skipped: every test in them counts as an error."""
 
     finished: bool
     exitstatus: int | None
     tests: list[TestCase]
+    broken: list[str] = field(default_factory=list)
 
 
 def parse_witness_stream(data: bytes, *, complete: bool = True) -> tuple[list[WitnessRun], str]:
     """The pytest runs in what Boltz's collector read from the witness pipe: one JSON line per
-    event (`start`, `test` with its `id` and `outcome`, `end` with the `exitstatus`), in the
-    order they were written. Each test keeps its worst outcome: a line written later cannot
-    take back a failure. Returns the runs and a problem, if the stream cannot be trusted
-    (`complete` False: the collector did not read to the end, or was flooded)."""
+    event (`start`, `collect` for a collector that failed or that the code under test skipped,
+    `collected` with the number of tests, `test` with its `id` and `outcome`, `end` with the
+    `exitstatus`), in the order they were written. Each test keeps its worst outcome: a line
+    written later cannot take back a failure. A run that ended with status 0 without reporting
+    every test it collected (or before it collected any) did not finish. Returns the runs and
+    a problem, if the stream cannot be trusted (`complete` False: the collector did not read
+    to the end, or was flooded)."""
     runs: dict[str, dict] = {}
     for raw in data.split(b"\n"):
         if not raw.strip():
             continue
         try:
             record = json.loads(raw.decode("utf-8", errors="replace"))
-            run = runs.setdefault(str(record["run"])[:100], {"end": None, "tests": {}})
+            run = runs.setdefault(
+                str(record["run"])[:100],
+                {"end": None, "tests": {}, "collected": None, "only": False, "broken": set()},
+            )
             event = record["event"]
-            if event == "test" and record.get("outcome") in _WORSE:
+            if event == "start":
+                run["only"] = run["only"] or record.get("collect_only") is True
+            elif event == "test" and record.get("outcome") in _WORSE:
                 name = junit_name(str(record["id"]))[:1000]
                 seen = run["tests"].get(name)
                 if seen is None or _WORSE[record["outcome"]] > _WORSE[seen]:
                     run["tests"][name] = record["outcome"]
+            elif event == "collect":
+                module = junit_name(str(record["id"]).split("::", 1)[0])
+                run["broken"].add(module[:-3] if module.endswith(".py") else module)
+                run["broken"].add(module)
+                run["tests"][module[:1000]] = "error"
+            elif event == "collected" and run["collected"] is None:
+                count = record.get("count")
+                run["collected"] = count if isinstance(count, int) else -1
             elif event == "end" and run["end"] is None:
                 status = record.get("exitstatus")
                 run["end"] = status if isinstance(status, int) else -1
         except (ValueError, TypeError, KeyError, AttributeError):
             continue  # not the plugin's: it writes only whole JSON lines
-    parsed = [
-        WitnessRun(
-            run["end"] is not None,
-            run["end"] if run["end"] is not None and run["end"] >= 0 else None,
-            [TestCase(name, outcome) for name, outcome in run["tests"].items()],
+    parsed = []
+    for run in runs.values():
+        ended = run["end"] is not None
+        if ended and run["end"] == 0 and not run["only"]:
+            # A passing end must follow a whole run: every collected test reported.
+            collected = run["collected"]
+            reported = sum(1 for name in run["tests"] if "::" in name)
+            ended = collected is not None and 0 <= collected <= reported
+        parsed.append(
+            WitnessRun(
+                ended,
+                run["end"] if run["end"] is not None and run["end"] >= 0 else None,
+                [TestCase(name, outcome) for name, outcome in run["tests"].items()],
+                sorted(m.replace("/", ".") for m in run["broken"]),
+            )
         )
-        for run in runs.values()
-    ]
-    problem = (
-        ""
-        if complete
-        else (
-            "Boltz's pytest witness could not be read to its end (its pipe was flooded or its "
-            "reader stopped), so no test report can be trusted"
-        )
+    problem = "" if complete else (
+        "Boltz's pytest witness could not be read to its end (its pipe was flooded or its "
+        "reader stopped), so no test report can be trusted"
     )
     return parsed, problem
+
+
+def broken_modules(tests: list[TestCase], witness: list[WitnessRun]) -> list[TestCase]:
+    """`tests` with every test of a module the witness saw broken (its collection failed, or
+    the code under test skipped it) as an error, whatever another report says of it."""
+    prefixes = tuple({p for run in witness for p in run.broken})
+    if not prefixes:
+        return tests
+    out = []
+    for case in tests:
+        module = case.name.split("::", 1)[0]
+        hit = any(module == p or module.startswith(p + ".") for p in prefixes)
+        out.append(TestCase(case.name, "error", case.duration, case.message) if hit else case)
+    return out
 
 
 _WORSE = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
@@ -336,6 +374,7 @@ def score_check(
     own = junit_files(files)
     reports = [_collect_tests([report], notes) for report in own]
     tests, problem = merge_reports([r for r in reports if r] + [run.tests for run in witness])
+    tests = broken_modules(tests, witness)
     score = _score(exit_code, timed_out, files, required, reward_file, bool(own), tests, notes)
     unfinished = [run for run in witness if not run.finished]
     if unfinished and not timed_out:
@@ -595,6 +634,7 @@ def score_harbor(
     notes: list[str] = []
     reports = [_collect_tests([report], notes) for report in junit_files(files)]
     tests, conflict = merge_reports([r for r in reports if r] + [run.tests for run in witness])
+    tests = broken_modules(tests, witness)
     if exit_code not in (0, None) and not timed_out:
         notes.append(f"the verifier exited {exit_code}; under Harbor's rules that does not count")
 

@@ -44,7 +44,8 @@ class WitnessPipe:
     def __init__(self, session: SandboxSession, folder: str, *, timeout: float):
         self.session = session
         self.folder = folder
-        self.pipe = f"{folder}/pipe"
+        # A name no one can find without being told it: the folder lets others pass, not list.
+        self.pipe = f"{folder}/{secrets.token_hex(8)}"
         self.timeout = timeout
         self.secret = f"boltz-witness-end-{secrets.token_hex(16)}"
         self.data = bytearray()

@@ -36,8 +36,9 @@ def test_the_folders_of_the_checks_test_files_belong_to_the_task():
     # A module that shadows the code under test, a plugin, a new package: all the task's.
     for path in ["tests/calc.py", "tests/plugin.py", "tests/__init__.py", "tests/sub/x.py"]:
         assert rules.covers(path), path
-    # An __init__.py the base lacks around the test folder makes it a package: the task's.
-    assert rules.covers("__init__.py")
+    # A package the fix creates around a test folder (geom/__init__.py for geom/tests) is the
+    # agent's: an honest fix may need it.
+    assert not protection(hidden=["geom/tests/test_geom.py"]).covers("geom/__init__.py")
     assert not rules.covers("calc.py") and not rules.covers("helpers/util.py")
 
 

@@ -372,3 +372,51 @@ def test_default_rules_are_boltz_and_unknown_rules_are_refused():
     assert score_check(exit_code=1, timed_out=False, files=files).source == "exit_code"
     with pytest.raises(ValueError):
         score_check(exit_code=0, timed_out=False, files=files, rules="other")
+
+
+def test_a_passing_end_without_every_collected_test_reported_did_not_finish():
+    """An `end` with status 0 that comes before pytest collected, or with fewer tests reported
+    than it collected, is not a finished run (code under test closed the run and left)."""
+    early = b'{"run":"1","event":"start"}\n{"run":"1","event":"end","exitstatus":0}'
+    (run,), _ = parse_witness_stream(early)
+    assert not run.finished
+    short = b"\n".join(
+        [
+            b'{"run":"1","event":"collected","count":2}',
+            b'{"run":"1","event":"test","id":"t.py::a","outcome":"passed"}',
+            b'{"run":"1","event":"end","exitstatus":0}',
+        ]
+    )
+    (run,), _ = parse_witness_stream(short)
+    assert not run.finished
+    result = score_check(exit_code=0, timed_out=False, files={}, witness=[run])
+    assert (result.passed, result.score) == (False, 0.0)
+    assert result.problem.startswith("pytest did not finish its run")
+    # A failing run may stop early (-x), and a collect-only run reports no test.
+    failing = short.replace(b'"exitstatus":0', b'"exitstatus":1')
+    assert parse_witness_stream(failing)[0][0].finished
+    listing = b'{"run":"2","event":"start","collect_only":true}\n' + early.split(b"\n")[1].replace(
+        b'"1"', b'"2"'
+    )
+    assert parse_witness_stream(listing)[0][0].finished
+
+
+def test_a_module_the_code_under_test_skipped_fails_every_test_in_it():
+    """calc.py raises unittest.SkipTest while pytest imports the test module: the witness
+    reports the module as an error, and no forged line for its tests can pass them."""
+    lines = [
+        b'{"run":"f","event":"test","id":"tests/test_calc.py::test_add","outcome":"passed"}',
+        b'{"run":"f","event":"end","exitstatus":0}',
+        b'{"run":"1","event":"start"}',
+        b'{"run":"1","event":"collect","id":"tests/test_calc.py","outcome":"error"}',
+        b'{"run":"1","event":"collected","count":1}',
+        b'{"run":"1","event":"test","id":"tests/test_other.py::test_x","outcome":"passed"}',
+        b'{"run":"1","event":"end","exitstatus":0}',
+    ]
+    runs, _ = parse_witness_stream(b"\n".join(lines))
+    required = ["tests/test_calc.py::test_add"]
+    result = score_check(exit_code=0, timed_out=False, files={}, witness=runs, required=required)
+    assert (result.passed, result.score) == (False, 0.0)
+    plain = score_check(exit_code=0, timed_out=False, files={}, witness=runs)
+    assert (plain.passed, plain.score) == (False, 0.0)
+    assert "tests/test_calc.py" in plain.problem
