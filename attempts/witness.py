@@ -20,7 +20,7 @@ import tarfile
 import threading
 
 from .errors import InfrastructureError
-from .sandbox.runtime import BUSYBOX, ExecResult
+from .sandbox.runtime import TOOL_ENV, ExecResult, tool_command
 from .scoring import WitnessRun, parse_witness_stream
 from .session import SandboxSession
 
@@ -79,10 +79,10 @@ class WitnessPipe:
     def _collect(self) -> None:
         try:
             self.result = self.session.sandbox.exec(
-                [BUSYBOX, "sh", "-c", _COLLECT, "boltz-witness", self.pipe],
+                tool_command(_COLLECT, [self.pipe], name="boltz-witness"),
                 timeout=self.timeout,
                 on_output=self._take,
-                environment={"BOLTZ_WITNESS_END": self.secret},
+                environment={**TOOL_ENV, "BOLTZ_WITNESS_END": self.secret},
                 user=f"{WITNESS_UID}:{WITNESS_UID}",
                 workdir="/",
             )
@@ -97,10 +97,10 @@ class WitnessPipe:
     def finish(self) -> tuple[list[WitnessRun], str]:
         """The pytest runs the witness saw, and a problem if its stream cannot be trusted."""
         closed = self.session.sandbox.exec(
-            [BUSYBOX, "sh", "-c", _CLOSE, "boltz-witness-close", self.pipe],
+            tool_command(_CLOSE, [self.pipe], name="boltz-witness-close"),
             timeout=30,
             on_output=lambda _stream, _data: None,
-            environment={"BOLTZ_WITNESS_END": self.secret},
+            environment={**TOOL_ENV, "BOLTZ_WITNESS_END": self.secret},
             user=f"{WITNESS_UID}:{WITNESS_UID}",
             workdir="/",
         )
