@@ -49,7 +49,8 @@ DEFAULT_PROTECTED = (*CONFIG_PROTECTED, *STARTUP_HOOKS, *QUIET_PROTECTED)
 # of the real one, before any test runs. Protected only where the base has no such module: a
 # repository whose own package is one of these (tomli, pluggy, more-itertools...) is fixed in
 # that package like any other.
-SHADOWED_MODULES = frozenset(
+# Pytest and the modules it imports as it starts (across pytest 7 to 9).
+PYTEST_MODULES = frozenset(
     {
         "pytest",
         "_pytest",
@@ -64,8 +65,10 @@ SHADOWED_MODULES = frozenset(
         "attrs",
         "more_itertools",
         "atomicwrites",
-        *sys.stdlib_module_names,
     }
+)
+SHADOWED_MODULES = frozenset(
+    {*PYTEST_MODULES, *sys.stdlib_module_names}
     - {"test", "this", "antigravity", "idlelib", "turtledemo"}
 )
 # A folder the check's test files sit in is a test folder when one of its names says so; the

@@ -21,6 +21,8 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from .protected import PYTEST_MODULES
+
 # The PATH of Debian's and Docker's defaults; the image's own ENV PATH is added to it.
 DEFAULT_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 # Commands a verifier runs that an image may lack: one the agent adds anywhere on PATH goes,
@@ -35,27 +37,7 @@ LIB_ROOTS += ("/usr/local/lib",)
 LIB_ARCHES = ("x86_64-linux-gnu", "aarch64-linux-gnu", "i386-linux-gnu", "arm-linux-gnueabihf")
 SHARED_LIBRARY = re.compile(r"\.so(\.[0-9][0-9.]*)?$")
 # Pytest and what it imports: top-level module names and distribution names (normalized).
-TEST_MODULES = frozenset(
-    {
-        "pytest",
-        "_pytest",
-        "py",
-        "pluggy",
-        "iniconfig",
-        "packaging",
-        "exceptiongroup",
-        "tomli",
-        "colorama",
-        "attr",
-        "attrs",
-        "more_itertools",
-        "importlib_metadata",
-        "zipp",
-        "typing_extensions",
-        "pygments",
-        "atomicwrites",
-    }
-)
+TEST_MODULES = PYTEST_MODULES | {"importlib_metadata", "zipp", "typing_extensions", "pygments"}
 TEST_DISTS = TEST_MODULES - {"_pytest", "attr"}
 # Module names a folder put ahead of the standard library (PYTHONPATH) must not shadow.
 STDLIB_MODULES = frozenset(sys.stdlib_module_names)
@@ -167,7 +149,8 @@ def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def _ancestors(path: str) -> list[str]:
+def folders_above(path: str) -> list[str]:
+    """The folders `path` is in, nearest first, `/` left out."""
     out, head = [], posixpath.dirname(path)
     while head and head != "/":
         out.append(head)
@@ -295,7 +278,7 @@ def plan(
     homes = [h.rstrip("/") for h in homes if h and h != "/"]
     lib_dirs = [*LIB_ROOTS, *(f"{r}/{a}" for r in LIB_ROOTS for a in LIB_ARCHES), *lib_path]
     protected_roots = [*path_dirs, *lib_dirs, *ETC_FOLDERS, *homes, "/etc"]
-    config_dirs = {"/", *(_ancestors(workdir + "/x") if workdir else [])} - {workdir}
+    config_dirs = {"/", *(folders_above(workdir + "/x") if workdir else [])} - {workdir}
     python = _find_python(kinds, read, read_image, plugin_dists, python_path)
 
     result = Plan()
@@ -303,7 +286,7 @@ def plan(
 
     def act(path: str, kind: str, *, quiet: bool = False) -> None:
         if kind == "added":
-            if any(a in removed for a in _ancestors(path)):
+            if any(a in removed for a in folders_above(path)):
                 return  # its folder goes as a whole
             removed.add(path)
             result.remove.append(path)

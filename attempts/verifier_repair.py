@@ -204,7 +204,7 @@ def _differences(
     for path in paths:
         if path in copies:
             continue
-        if any(a in copies and copies[a] for a in _ancestors(path)):
+        if any(a in copies and copies[a] for a in verifier_env.folders_above(path)):
             continue  # its folder comes whole
         want, have = image.stat(path), container.stat(path)
         if want is None:
@@ -230,14 +230,6 @@ def _differences(
         else:
             same.add(path)
     return copies, same, lacking
-
-
-def _ancestors(path: str) -> list[str]:
-    out, head = [], posixpath.dirname(path)
-    while head and head != "/":
-        out.append(head)
-        head = posixpath.dirname(head)
-    return out
 
 
 def _survey(session: SandboxSession, sites: list[str]) -> list[str]:
