@@ -174,7 +174,8 @@ def check_reference_is_honest(
         **values,
     }
     base = list(base)
-    hit = task_protection(SimpleNamespace(**fields), base).select(runner_reach.patch_paths(patch))
+    protection = task_protection(SimpleNamespace(**fields), base)
+    hit = protection.select(runner_reach.patch_paths(patch))
     if hit:
         more = f" and {len(hit) - 5} more" if len(hit) > 5 else ""
         raise TaskInvalid(
@@ -184,7 +185,9 @@ def check_reference_is_honest(
             "them or change the reference",
         )
     if fields["runner_access"] != "report":
-        found = runner_reach.scan_patch(patch, own_packages=runner_reach.own_packages(base))
+        found = runner_reach.scan_patch(
+            patch, own_packages=runner_reach.own_packages(base), skip=protection.covers
+        )
         if found:
             raise TaskInvalid(
                 field,

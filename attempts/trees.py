@@ -127,11 +127,13 @@ class AttemptTrees:
         )
         shutil.rmtree(tree.root, ignore_errors=True)  # what is kept is the patch
         # Code the agent added that reaches into the test runner, named with file and line:
-        # read from the whole patch, line by line.
+        # read from the whole patch, line by line, in every file the check does not reset.
         reach = [
             f.as_dict()
             for f in runner_reach.scan_patch_file(
-                recorded.patch, own_packages=runner_reach.own_packages(self.base_files())
+                recorded.patch,
+                own_packages=runner_reach.own_packages(self.base_files()),
+                skip=self.protection.covers,
             )
         ]
         limit = settings.BOLTZ_MAX_DIFF_BYTES
