@@ -251,9 +251,13 @@ def parse_witness_stream(data: bytes, *, complete: bool = True) -> tuple[list[Wi
                 sorted(m.replace("/", ".") for m in run["broken"]),
             )
         )
-    problem = "" if complete else (
-        "Boltz's pytest witness could not be read to its end (its pipe was flooded or its "
-        "reader stopped), so no test report can be trusted"
+    problem = (
+        ""
+        if complete
+        else (
+            "Boltz's pytest witness could not be read to its end (its pipe was flooded or its "
+            "reader stopped), so no test report can be trusted"
+        )
     )
     return parsed, problem
 
