@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import posixpath
 import secrets
 import tarfile
 import tempfile
@@ -64,6 +65,34 @@ def _copied(stream, out):
     for chunk in stream:
         out.write(chunk)
         yield chunk
+
+
+def links_out_of_the_tree(archive: Path, workdir: str, changed: list[tuple[str, str]]) -> list[str]:
+    """The links of the working folder (in its tar, as Docker read it) that lead out of it to
+    something the agent made or changed there (Docker's list of the container's changes):
+    code the check would run that no record holds. As `path -> target`."""
+    made = {path for path, how in changed if how in ("added", "changed")}
+    added = {path for path, how in changed if how == "added"}
+    root = workdir.rstrip("/")
+    prefix = changes.archive_prefix(workdir)
+    found = []
+    with tarfile.open(archive, "r:") as tar:
+        for member in tar:
+            if not member.issym() or not member.name.startswith(prefix):
+                continue
+            rel = member.name[len(prefix) :]
+            target = member.linkname
+            if not target.startswith("/"):
+                target = posixpath.normpath(posixpath.join(root, posixpath.dirname(rel), target))
+            if target == root or target.startswith(root + "/"):
+                continue
+            if (
+                target in made
+                or any(target.startswith(a + "/") for a in added)
+                or any(path.startswith(target.rstrip("/") + "/") for path in made)
+            ):
+                found.append(f"{rel} -> {member.linkname}"[:300])
+    return found
 
 
 class CheckBlocked(Exception):
@@ -137,6 +166,7 @@ class Check:
         self.spec = spec
         self.requested_by = requested_by
         self.reset: ResetPlan | None = None  # what the check's reset did, once it ran
+        self.outside: list[str] = []  # in place: links to what the agent made out of the tree
 
     def _remove(
         self,
@@ -374,6 +404,17 @@ class Check:
         saved = self.trees.scratch / f"in-place-{secrets.token_hex(4)}.tar"
         with saved.open("wb") as out:
             entries = self._tree_entries(agent, out)
+        self.outside = links_out_of_the_tree(
+            saved, agent.workdir, [(path, how) for path, how in agent.changed_paths()]
+        )
+        if self.outside:
+            self.timeline.add(
+                EventKind.ERROR,
+                actor="agent",
+                message=f"the working folder links to {len(self.outside)} thing(s) the agent "
+                f"made outside it: {', '.join(self.outside[:5])}; the record cannot show them",
+                outside_links=self.outside[:200],
+            )
         agent.start()
         try:
             return self._run_check(agent, entries, mode="in_place")
@@ -536,7 +577,15 @@ class Check:
             user=check_user,
             user_name=task.check_user,
         )
-        witness, unread = pipe.finish()
+        # Nothing the check started writes anything after it: a process it left behind (in a
+        # session of its own) is ended before its pipe is closed and its reports are read.
+        session.run_tool(
+            "reset",
+            "kill -KILL -1 2>/dev/null; exit 0",
+            user=check_user,
+            display="end every process the check left",
+        )
+        witness, unread = pipe.finish(self._blame())
         after = session.oom_kills()
         files = session.read_files(reports, max_bytes=MAX_CHECK_FILE)
         score = scoring.score_check(
@@ -551,6 +600,13 @@ class Check:
         if unread and score.passed:  # what the witness saw is not whole: no pass on it
             score.problem = score.summary = unread
             score.passed, score.score = False, 0.0
+        if self.outside:  # the check ran code the record does not hold
+            score.problem = score.summary = (
+                "the working folder links to what the agent made outside it ("
+                + ", ".join(self.outside[:3])
+                + "): the record cannot show what was checked"
+            )
+            score.passed, score.score, score.reward = False, 0.0, None
         # Code the agent added reaches into the test runner (named when the changes were
         # recorded): unless the task allows it, nothing this process reported can be trusted.
         reach = runner_reach.check_problem(
@@ -566,6 +622,23 @@ class Check:
             limit = memory_text(task.memory_bytes)
             score.summary = f"the check was killed: out of memory ({limit} limit); {score.summary}"
         return self._save_check(mode=mode, run=run, score=score, files=files)
+
+    def _blame(self) -> Callable[[str], bool]:
+        """Which files of a skip's path make it the agent's doing: a file of the working
+        folder the agent added or changed that the check does not reset, or one outside the
+        working folder and the libraries (Harbor's /tests aside)."""
+        _folder, listing = self.trees.ensure_checked()
+        base = self.trees.base_files()
+        touched = {p for p in {*base, *listing} if base.get(p) != listing.get(p)}
+        covers = self.trees.protection.covers
+        harbor = self.task.layout == "harbor"
+
+        def blame(path: str) -> bool:
+            if path.startswith("/"):
+                return not (harbor and path.startswith(harbor_layout.TESTS + "/"))
+            return path in touched and not covers(path)
+
+        return blame
 
     def _save_check(
         self, *, mode: str, run: CommandRun, score: scoring.Score, files=None

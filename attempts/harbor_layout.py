@@ -17,6 +17,7 @@ from .scoring import HARBOR_VERIFIER_DIR
 from .session import CommandRun, SandboxSession
 
 LOGS = "/logs"
+TESTS = "/tests"  # where the task's tests are, for the check only
 VERIFIER_LOGS = HARBOR_VERIFIER_DIR
 
 # Run as the agent's user: /tests can only be there if the agent made it (Harbor's images

@@ -93,6 +93,7 @@ line and reason, at most MAX_FINDINGS.
 from __future__ import annotations
 
 import bisect
+import builtins
 import codecs
 import io
 import itertools
@@ -374,6 +375,14 @@ _MODULES_LOOKUP = re.compile(
 _IN_MODULES = re.compile(_MODULE_IN_STRING + r"\s+(?:not\s+)?in\s+sys\s*\.\s*modules\b")
 _STRING_CHAIN = re.compile(_STRING + r"(?:\s*\+?\s*" + _STRING + r")+")
 _PIECE = re.compile(_STRING)
+_CODE_CALL = re.compile(r"(?<![\w.])(compile|exec|eval)\s*\(")
+_GETATTR_PIECES = re.compile(
+    r"\bgetattr\s*\([^,()]*(?:\([^()]*\)[^,()]*)*,\s*("
+    + _STRING
+    + r"(?:\s*\+?\s*"
+    + _STRING
+    + r")+)"
+)
 
 # sys.modules beyond a lookup of one name: walked, copied or aliased.
 _SYS_MODULES = re.compile(r"\bsys\s*\.\s*modules\b")
@@ -391,6 +400,18 @@ _LOADERS = (
     r"|SourceFileLoader|SourcelessFileLoader|ExtensionFileLoader|load_source|load_module)"
 )
 
+
+# Builtins that code under test could replace to change what a test sees: the exceptions
+# (an AssertionError that is a SkipTest) and the type checks.
+_BUILTIN_NAMES = "|".join(
+    sorted(
+        name
+        for name, value in vars(builtins).items()
+        if isinstance(value, type) and issubclass(value, BaseException)
+    )
+    + ["isinstance", "issubclass", "__build_class__"]
+)
+_BUILTIN_NEEDLES = "Error Exception Warning Exit Interrupt Iteration isinstance issubclass _build_"
 
 Rule = tuple[tuple[str, ...], re.Pattern, str]
 
@@ -499,6 +520,49 @@ _PYTHON_RULES = _rules(
         r"""['"]([^'"\n]*\w\.(?:zip|egg|whl|pyz))['"]""",
         "names an archive Python can import from ({0})",
     ),
+    (
+        "builtins",
+        r"\bbuiltins\s*\.\s*(?!__import__\b|__dict__\b)(\w+)\s*=(?!=)",
+        "replaces a builtin (builtins.{0})",
+    ),
+    (
+        "builtins",
+        r"\b(builtins\s*\.\s*__dict__|vars\s*\(\s*builtins\s*\))",
+        "reaches into the builtins ({0})",
+    ),
+    (
+        "setattr delattr",
+        r"\b(setattr|delattr)\s*\(\s*(?:builtins|__builtins__)\s*,",
+        "replaces a builtin ({0}(builtins, ...))",
+    ),
+    ("__builtins__", r"\b(__builtins__)\b", "reaches into the builtins ({0})"),
+    (
+        "builtins",
+        r"\bimport\s+builtins\s+as\s+(\w+)",
+        "takes the builtins under another name ({0})",
+    ),
+    (
+        _BUILTIN_NEEDLES,
+        r"(?<![\w.])((?!self\b|cls\b|builtins\b|__builtins__\b)\w+\s*\.\s*(?:"
+        + _BUILTIN_NAMES
+        + r"))\s*=(?!=)"
+        r"|\bsetattr\s*\(\s*(?!builtins\b|__builtins__\b)[^,()]*,\s*['\"]("
+        + _BUILTIN_NAMES
+        + r")['\"]",
+        "replaces a builtin ({0})",
+    ),
+    ("CodeType", r"\b(CodeType)\s*\(", "makes code that says it comes from elsewhere ({0})"),
+    (
+        "co_filename",
+        r"\b(co_filename)\s*=(?!=)",
+        "makes code that says it comes from elsewhere ({0})",
+    ),
+    ("FIFO fifo", r"\b(S_ISFIFO|S_IFIFO|is_fifo)\b", "looks for a pipe by its file type ({0})"),
+    (
+        "import_module __import__",
+        r"(?s)^(?=.*(?:environ|PYTEST)).*?\b(import_module|__import__)\s*\(\s*(?![rbuRBU]{0,2}['\"])",
+        "imports a module named by the environment ({0})",
+    ),
 )
 # pytest's own vocabulary: not looked for in the runner's own repositories.
 _RUNNER_WORDS = _rules(
@@ -511,6 +575,25 @@ _RUNNER_WORDS = _rules(
         "uses pytest's plugin machinery ({0})",
     ),
     ("pytest", r"\bpytest\s*\.\s*(exit|main)\b", "ends or starts a pytest run (pytest.{0})"),
+    (
+        "__tracebackhide__",
+        r"\b(__tracebackhide__)\b",
+        "hides its frames from pytest's reports ({0})",
+    ),
+)
+# Skipping, xfailing or failing the running test: ordinary in a test module only.
+_SKIP_WHAT = "skips or ends the running test outside a test module ({0})"
+_SKIP_RULES = _rules(
+    ("SkipTest", r"\b(SkipTest)\b", _SKIP_WHAT),
+    ("skipTest", r"\.\s*(skipTest)\s*\(", _SKIP_WHAT),
+    (
+        "pytest",
+        r"\b(pytest\s*\.\s*(?:skip|xfail|fail|importorskip))\b",
+        _SKIP_WHAT,
+    ),
+    ("outcomes", r"\b(_pytest\s*\.\s*outcomes)\b", _SKIP_WHAT),
+    ("Skipped XFailed", r"""(?<!['"])\b(Skipped|XFailed)\b(?!['"])""", _SKIP_WHAT),
+    ("allow_module_level", r"\b(allow_module_level)\b", _SKIP_WHAT),
 )
 # Mentions: named unless the line already imports or looks up what they name.
 _MENTIONS = _rules(
@@ -583,6 +666,31 @@ _PYTHON_TELLS = (
     "get_ob",
     "get_refer",
     "find_",
+    "tracebackhide",
+    "builtins",
+    "Error",
+    "Exception",
+    "Warning",
+    "Exit",
+    "Interrupt",
+    "Iteration",
+    "isinstance",
+    "issubclass",
+    "_build_",
+    "Skip",
+    "skip",
+    "xfail",
+    "XFail",
+    "fail",
+    "outcomes",
+    "allow_module_level",
+    "compile",
+    "eval",
+    "CodeType",
+    "co_filename",
+    "FIFO",
+    "fifo",
+    "getattr",
 )
 _TELLS = re.compile("|".join(map(re.escape, _PYTHON_TELLS)) + "|(?i:junit)")
 _JOINED_STRINGS = re.compile(r"['\"]\s*\+?\s*[rbuRBU]{0,2}['\"]")  # two string literals joined
@@ -657,6 +765,57 @@ def _modules_walks(code: str) -> Iterator[Hit]:
         yield match.start(), "walks sys.modules", f"walks sys.modules ({shown})"
 
 
+def _call_args(code: str, start: int) -> list[str]:
+    """The arguments of a call whose `(` is just before `start`, split at its own commas
+    (brackets and string literals told apart), up to its `)` or the end of the code."""
+    args: list[str] = []
+    depth, quote, begin, index = 0, "", start, start
+    while index < len(code):
+        char = code[index]
+        if quote:
+            if char == "\\":
+                index += 1
+            elif code.startswith(quote, index):
+                index += len(quote) - 1
+                quote = ""
+        elif char in "'\"":
+            quote = char * 3 if code.startswith(char * 3, index) else char
+            index += len(quote) - 1
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            if depth == 0:
+                break
+            depth -= 1
+        elif char == "," and depth == 0:
+            args.append(code[begin:index])
+            begin = index + 1
+        index += 1
+    args.append(code[begin:index])
+    return args
+
+
+def _lying_code(code: str) -> Iterator[Hit]:
+    """`compile`, `exec` or `eval` given a file name after the source (a string literal with a
+    `/` or ending in `.py`): code that says it comes from another file."""
+    for match in _CODE_CALL.finditer(code):
+        for arg in _call_args(code, match.end())[1:]:
+            names = [a or b for a, b in _PIECE.findall(arg)]
+            if any("/" in name or name.endswith(".py") for name in names):
+                what = f"makes code that says it comes from elsewhere ({match.group(1)})"
+                yield match.start(1), what, what
+                break
+
+
+def _private_pieces(code: str) -> Iterator[Hit]:
+    """`getattr(x, "_" + "RUN")`: a private name built from pieces, read by name."""
+    for match in _GETATTR_PIECES.finditer(code):
+        joined = "".join(a or b for a, b in _PIECE.findall(match.group(1)))
+        if joined.startswith("_"):
+            what = f"reads a private name built from pieces (getattr(..., {joined!r}))"
+            yield match.start(1), what, what
+
+
 def _hits(code: str, *, own: set[str], runner_owned: bool, test_module: bool) -> list[Hit]:
     """What a piece of Python code (a line, or a statement joined up) does to the test
     runner: (position, rule, what) for each thing it names."""
@@ -698,7 +857,13 @@ def _hits(code: str, *, own: set[str], runner_owned: bool, test_module: bool) ->
     if "modules" in code:
         hits += _modules_walks(code)
     hits += _rule_hits(_PYTHON_RULES, code)
+    if "compile" in code or "exec" in code or "eval" in code:
+        hits += _lying_code(code)
+    if "getattr" in code and _JOINED_STRINGS.search(code):
+        hits += _private_pieces(code)
     hits += _rule_hits(_RUNNER_WORDS, code)
+    if not test_module:
+        hits += _rule_hits(_SKIP_RULES, code)
     hits += _rule_hits(_MENTIONS, code)
     return hits
 

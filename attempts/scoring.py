@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 REWARD_TXT = "reward.txt"
@@ -195,13 +196,17 @@ class WitnessRun:
     broken: list[str] = field(default_factory=list)
 
 
-def parse_witness_stream(data: bytes, *, complete: bool = True) -> tuple[list[WitnessRun], str]:
+def parse_witness_stream(
+    data: bytes, *, complete: bool = True, blame: Callable[[str], bool] = lambda _path: False
+) -> tuple[list[WitnessRun], str]:
     """The pytest runs in what Boltz's collector read from the witness pipe: one JSON line per
     event (`start`, `collect` for a collector that failed or that the code under test skipped,
     `collected` with the number of tests, `test` with its `id` and `outcome`, `end` with the
     `exitstatus`), in the order they were written. Each test keeps its worst outcome: a line
     written later cannot take back a failure. A run that ended with status 0 without reporting
-    every test it collected (or before it collected any) did not finish. Returns the runs and
+    every test it collected (or before it collected any) did not finish. A skip that passed
+    through a file `blame` names (the agent's code) is an error, and a module skipped so is
+    broken. Returns the runs and
     a problem, if the stream cannot be trusted (`complete` False: the collector did not read
     to the end, or was flooded)."""
     runs: dict[str, dict] = {}
@@ -219,10 +224,15 @@ def parse_witness_stream(data: bytes, *, complete: bool = True) -> tuple[list[Wi
                 run["only"] = run["only"] or record.get("collect_only") is True
             elif event == "test" and record.get("outcome") in _WORSE:
                 name = junit_name(str(record["id"]))[:1000]
+                outcome = record["outcome"]
+                if outcome == "skipped" and _blamed(record, blame):
+                    outcome = "error"  # the agent's code skipped the test
                 seen = run["tests"].get(name)
-                if seen is None or _WORSE[record["outcome"]] > _WORSE[seen]:
-                    run["tests"][name] = record["outcome"]
-            elif event == "collect":
+                if seen is None or _WORSE[outcome] > _WORSE[seen]:
+                    run["tests"][name] = outcome
+            elif event == "collect" and (
+                record.get("outcome") == "error" or _blamed(record, blame)
+            ):
                 module = junit_name(str(record["id"]).split("::", 1)[0])
                 run["broken"].add(module[:-3] if module.endswith(".py") else module)
                 run["broken"].add(module)
@@ -260,6 +270,11 @@ def parse_witness_stream(data: bytes, *, complete: bool = True) -> tuple[list[Wi
         )
     )
     return parsed, problem
+
+
+def _blamed(record: dict, blame: Callable[[str], bool]) -> bool:
+    stack = record.get("stack")
+    return isinstance(stack, list) and any(isinstance(p, str) and blame(p) for p in stack)
 
 
 def broken_modules(tests: list[TestCase], witness: list[WitnessRun]) -> list[TestCase]:

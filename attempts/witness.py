@@ -18,6 +18,7 @@ import io
 import secrets
 import tarfile
 import threading
+from collections.abc import Callable
 
 from .errors import InfrastructureError
 from .sandbox.runtime import TOOL_ENV, ExecResult, tool_command
@@ -94,8 +95,9 @@ class WitnessPipe:
         self.thread = threading.Thread(target=self._collect, name="witness", daemon=True)
         self.thread.start()
 
-    def finish(self) -> tuple[list[WitnessRun], str]:
-        """The pytest runs the witness saw, and a problem if its stream cannot be trusted."""
+    def finish(self, blame: Callable[[str], bool]) -> tuple[list[WitnessRun], str]:
+        """The pytest runs the witness saw, and a problem if its stream cannot be trusted.
+        `blame`: the files whose skips are the agent's doing (see parse_witness_stream)."""
         closed = self.session.sandbox.exec(
             tool_command(_CLOSE, [self.pipe], name="boltz-witness-close"),
             timeout=30,
@@ -116,4 +118,4 @@ class WitnessPipe:
             and self.result.exit_code == 0
             and not self.flooded
         )
-        return parse_witness_stream(bytes(self.data), complete=complete)
+        return parse_witness_stream(bytes(self.data), complete=complete, blame=blame)

@@ -9,21 +9,24 @@ with pytest's exit status as it ends. The pipe is read by a collector of Boltz's
 user of its own, and every line leaves the sandbox as it is written: whatever the code under
 test writes afterwards, it cannot change what was already seen.
 
-A skip that comes from the code under test (a `unittest.SkipTest` or `pytest.skip` raised in a
-module of the working folder that is not a test file) is reported as an error: skipping is the
-test's or the task's to decide, not the code's it tests. Expected failures (xfail) stay skips.
+Every skip comes with the files it passed through (`stack`): the frames between the test and
+the raise, and the module of the exception's class, library files left out. Boltz, which knows
+what the agent wrote, counts a skip that went through the agent's code (or through code outside
+the working folder and the libraries) as an error: skipping is the test's or the task's to
+decide, not the code's it tests. Expected failures (xfail) stay skips.
 Standard library and pytest only; runs under the task's own Python.
 """
 
+import contextlib
 import json
 import os
+import sys
 
 import pytest
 
 _PIPE = os.environ.get("BOLTZ_WITNESS_PIPE", "")
 _RUN = {"fd": None, "id": "", "root": ""}
 _LINE_MAX = 3800  # one write of less than PIPE_BUF bytes is never split or interleaved
-_TEST_FOLDERS = ("test", "tests", "testing")
 
 
 def _send(event, **fields):
@@ -31,60 +34,65 @@ def _send(event, **fields):
     if fd is None:
         return
     record = {"run": _RUN["id"], "event": event, **fields}
-    line = json.dumps(record, separators=(",", ":")) + "\n"
+    # Each line starts with a newline too: a line someone else left unfinished on the pipe
+    # cannot swallow this one.
+    line = "\n" + json.dumps(record, separators=(",", ":")) + "\n"
     if len(line.encode()) > _LINE_MAX and "id" in fields:
         record["id"] = fields["id"][:1000]
-        line = json.dumps(record, separators=(",", ":")) + "\n"
+        line = "\n" + json.dumps(record, separators=(",", ":")) + "\n"
     try:
         os.write(fd, line.encode()[:_LINE_MAX])
     except OSError:
         _RUN["fd"] = None  # the collector is gone: the check will say so
 
 
-def _is_test_file(path):
-    parts = path.replace("\\", "/").split("/")
-    name = parts[-1]
-    return (
-        name == "conftest.py"
-        or name.startswith("test_")
-        or name.endswith("_test.py")
-        or any(part in _TEST_FOLDERS for part in parts[:-1])
-    )
+def _library_dirs():
+    """Where the interpreter's own and installed libraries live: frames there are not the
+    code under test (pytest's own frames among them)."""
+    import site
+    import sysconfig
+
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, "/usr/lib", "/usr/local/lib"}
+    dirs.update(sysconfig.get_paths().get(k, "") for k in ("stdlib", "platstdlib", "purelib"))
+    with contextlib.suppress(AttributeError):  # a virtualenv's old site module lacks it
+        dirs.update(site.getsitepackages())
+    dirs.add(os.path.dirname(os.path.abspath(__file__)))  # this plugin's own folder
+    return tuple(d.rstrip("/") + "/" for d in dirs if d and d.startswith("/"))
 
 
-def _under_test(path, line):
-    """`path:line` when `path` is code of the working folder that is not a test file (the code
-    under test); else "" (a test file, pytest's own code, a library's)."""
-    path = os.path.abspath(str(path))
-    root = _RUN["root"].rstrip("/")
-    if not root or not path.startswith(root + "/"):
-        return ""
-    relative = path[len(root) + 1 :]
-    return "" if _is_test_file(relative) else f"{relative}:{line}"
+_LIBRARIES = ()
 
 
-def _skipped_by_code_under_test(report):
-    """Where a skip came from, when that is the code under test (see _under_test)."""
-    if getattr(report, "wasxfail", None) is not None:
-        return ""
-    if report.nodeid in _SKIPS:
-        return _SKIPS[report.nodeid]
-    longrepr = report.longrepr
-    if not isinstance(longrepr, tuple) or len(longrepr) != 3:
-        return ""
-    return _under_test(longrepr[0], longrepr[1])
-
-
-def _raised_in(excinfo):
-    """The deepest frame of the working folder a skip passed through: where the code that
-    raised it lives (frames the code marks hidden from tracebacks included)."""
-    found, tb = "", excinfo.tb
+def _stack(error):
+    """The files a skip passed through that may be the code under test: every frame's file
+    (the code's, and its module's: code compiled under another name still has its module's
+    globals), and the module of the exception's class; library files left out. Paths in the
+    working folder are relative; Boltz decides which of them the agent wrote."""
+    global _LIBRARIES
+    if not _LIBRARIES:
+        _LIBRARIES = _library_dirs()
+    root = _RUN["root"].rstrip("/") + "/"
+    names = []
+    tb = error.__traceback__
     while tb is not None:
-        path = os.path.abspath(tb.tb_frame.f_code.co_filename)
-        if _RUN["root"] and path.startswith(_RUN["root"].rstrip("/") + "/"):
-            found = _under_test(path, tb.tb_lineno)
+        frame = tb.tb_frame
+        names.append(frame.f_code.co_filename)
+        names.append(frame.f_globals.get("__file__"))
         tb = tb.tb_next
-    return found
+    module = sys.modules.get(getattr(type(error), "__module__", ""), None)
+    names.append(getattr(module, "__file__", None))
+    found = []
+    for name in names:
+        if not isinstance(name, str) or not name:
+            continue
+        path = os.path.abspath(name) if name.startswith("/") else name
+        if path.startswith(root):
+            path = path[len(root) :]
+        elif not path.startswith("/") or path.startswith(_LIBRARIES):
+            continue
+        if path not in found:
+            found.append(path[:500])
+    return found[:30]
 
 
 def _is_skip(error):
@@ -92,19 +100,41 @@ def _is_skip(error):
     return bool(names & {"Skipped", "SkipTest"}) and "XFailed" not in names
 
 
-_SKIPS = {}  # nodeid -> where the code under test raised a skip in it
+_SKIPS = {}  # nodeid -> the files a skip raised in it passed through
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item, call):
     # First of all (before pytest turns a unittest.SkipTest into its own skip, raised from
-    # its own code): where was this skip raised?
+    # its own code): what did this skip pass through?
     excinfo = call.excinfo
     if _RUN["fd"] is not None and excinfo is not None and _is_skip(excinfo.value):
-        where = _raised_in(excinfo)
-        if where:
-            _SKIPS[item.nodeid] = where
+        _SKIPS.setdefault(item.nodeid, [])
+        _SKIPS[item.nodeid] += [p for p in _stack(excinfo.value) if p not in _SKIPS[item.nodeid]]
     yield
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_make_collect_report(collector):
+    # A module skipped while it is imported: see what the skip passed through, as it leaves.
+    if _RUN["fd"] is None:
+        yield
+        return
+    original = collector.collect
+
+    def collect():
+        try:
+            return original()
+        except BaseException as error:
+            if _is_skip(error):
+                _SKIPS[collector.nodeid] = _stack(error)
+            raise
+
+    collector.collect = collect
+    try:
+        yield
+    finally:
+        collector.__dict__.pop("collect", None)
 
 
 def pytest_configure(config):
@@ -124,9 +154,7 @@ def pytest_collectreport(report):
     if report.outcome == "failed":
         _send("collect", id=report.nodeid, outcome="error")
     elif report.outcome == "skipped":
-        where = _skipped_by_code_under_test(report)
-        if where:
-            _send("collect", id=report.nodeid, outcome="error", skipped_by=where)
+        _send("collect", id=report.nodeid, outcome="skipped", stack=_SKIPS.get(report.nodeid, []))
 
 
 def pytest_collection_finish(session):
@@ -141,11 +169,9 @@ def pytest_runtest_logreport(report):
     outcome = report.outcome
     if report.when != "call" and outcome == "failed":
         outcome = "error"
-    if outcome == "skipped":
-        where = _skipped_by_code_under_test(report)
-        if where:
-            _send("test", id=report.nodeid, outcome="error", skipped_by=where)
-            return
+    if outcome == "skipped" and getattr(report, "wasxfail", None) is None:
+        _send("test", id=report.nodeid, outcome=outcome, stack=_SKIPS.get(report.nodeid, []))
+        return
     _send("test", id=report.nodeid, outcome=outcome)
 
 
