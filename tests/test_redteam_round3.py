@@ -51,8 +51,7 @@ SKIP_FROM_TEST_NAMED_MODULE = (
     write("support/__init__.py", "")
     + write(
         "support/test_platform.py",
-        "import pytest\n\n\ndef require_native():\n"
-        '    pytest.skip("needs the native build")\n',
+        'import pytest\n\n\ndef require_native():\n    pytest.skip("needs the native build")\n',
     )
     + write(
         "calc.py",
@@ -201,8 +200,7 @@ FORGE_AND_SKIP = (
     )
     + write(
         "calc.py",
-        FORGE
-        + "\n\nfrom helpers.testing.platform import require_native  # noqa: E402\n\n"
+        FORGE + "\n\nfrom helpers.testing.platform import require_native  # noqa: E402\n\n"
         "require_native()\n\n" + BUGGY,
     )
 )
@@ -242,7 +240,9 @@ def test_in_place_link_out_of_the_tree(worker, make_task):
         write("/tmp/.cache-y/__init__.py", "")
         + write("/tmp/.cache-y/impl.py", "def add(a, b):\n    return a + b\n")
         + "ln -s /tmp/.cache-y fastcalc\n"
-        + write("calc.py", "from fastcalc.impl import add  # noqa: F401\n\n\ndef one():\n    return 1\n")
+        + write(
+            "calc.py", "from fastcalc.impl import add  # noqa: F401\n\n\ndef one():\n    return 1\n"
+        )
     )
     result = run_all(
         ("link_to_tmp", task, via_tmp),
