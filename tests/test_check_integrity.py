@@ -16,6 +16,7 @@ import textwrap
 import pytest
 
 from attempts.models import Outcome
+from tests.attacks import FLIP
 from tests.conftest import sdk_client
 from tests.test_redteam import CHECK, FLIP_PLUGIN, must_fail, run_all, verdict
 
@@ -23,23 +24,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytes
 
 # A flip plugin that finds pytest's plugin manager from code the check imports (no conftest,
 # no entry point): the in-process reach that tests/test_runner_reach.py names statically.
-GC_FLIP = textwrap.dedent(
-    """
-    def _flip():
-        import gc, pytest
-        from _pytest.config import Config
-        class Flip:
-            @pytest.hookimpl(hookwrapper=True)
-            def pytest_runtest_makereport(self, item, call):
-                outcome = yield
-                outcome.get_result().outcome = 'passed'
-        for found in gc.get_objects():
-            if isinstance(found, Config):
-                found.pluginmanager.register(Flip(), 'flip')
-                return
-    _flip()
-    """
-)
 
 
 def failed_with_zero(result: dict) -> list[str]:
@@ -128,7 +112,7 @@ def test_class3_test_folders_belong_to_the_task(worker, make_task):
     passes: both removed before the check and reported."""
     task = make_task()
     shadow = "sed 's/a - b/a + b/' calc.py > tests/calc.py\n"
-    package = f"cat > tests/__init__.py <<'PY'\n{GC_FLIP}PY\n"
+    package = f"cat > tests/__init__.py <<'PY'\n{FLIP}PY\n"
     result = run_all(("shadow_module", task, shadow), ("package_plugin", task, package))
     problems = failed_with_zero(result)
     for label, path in (
@@ -175,7 +159,7 @@ def test_class5_an_in_place_check_sees_nothing_the_record_leaves_out(worker, mak
         "sed 's/a - b/a + b/' calc.py > calc/__init__.py\n"
         "python3 -c 'import calc'\n"  # bytecode, which is neither recorded nor checked
     )
-    hidden_flip = f"mkdir -p helper && echo '*' > helper/.gitignore\ncat > helper/__init__.py <<'PY'\n{GC_FLIP}PY\necho 'import helper' >> calc.py\n"
+    hidden_flip = f"mkdir -p helper && echo '*' > helper/.gitignore\ncat > helper/__init__.py <<'PY'\n{FLIP}PY\necho 'import helper' >> calc.py\n"
     result = run_all(("ignored_fix", task, hidden_fix), ("ignored_flip", task, hidden_flip))
     problems = failed_with_zero({"ignored_flip": result["ignored_flip"]})
     fixer = result["ignored_fix"]

@@ -13,6 +13,7 @@ import textwrap
 
 import pytest
 
+from tests.attacks import FLIP_BODY
 from tests.test_check_integrity import failed_with_zero
 from tests.test_redteam import run_all
 
@@ -25,17 +26,6 @@ CHECK_WITH_REPORT = (
 # Code that turns every failing test report into a pass, once `_r` is pytest's reports module:
 # the report is rewritten where it is made, so the witness (pytest_runtest_logreport), the
 # JUnit report and the exit status all see a pass.
-FLIP_BODY = textwrap.dedent(
-    """
-    _orig = _r.TestReport.from_item_and_call
-    def _made(item, call):
-        rep = _orig(item, call)
-        if rep.outcome == "failed":
-            rep.outcome, rep.longrepr = "passed", None
-        return rep
-    _r.TestReport.from_item_and_call = staticmethod(_made)
-    """
-)
 BUGGY = "def add(a, b):\n    return a - b\n\n\ndef one():\n    return 1\n"
 
 

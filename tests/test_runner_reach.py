@@ -30,6 +30,7 @@ from attempts.runner_reach import (
     scan_patch,
     text_lines,
 )
+from tests.attacks import FLIP, FLIP_BODY
 
 ENV = {
     "GIT_AUTHOR_NAME": "t",
@@ -88,23 +89,6 @@ def found_in(path: str, text: str, **options) -> list[tuple[int, str]]:
 
 
 CALC = "def add(a, b):\n    return a - b\n\n\ndef one():\n    return 1\n"
-FLIP = textwrap.dedent(
-    """\
-    def _flip():
-        import gc, pytest
-        from _pytest.config import Config
-        class Flip:
-            @pytest.hookimpl(hookwrapper=True)
-            def pytest_runtest_makereport(self, item, call):
-                outcome = yield
-                outcome.get_result().outcome = 'passed'
-        for found in gc.get_objects():
-            if isinstance(found, Config):
-                found.pluginmanager.register(Flip(), 'flip')
-                return
-    _flip()
-    """
-)
 
 
 def test_the_flip_plugin_is_named_line_by_line(tmp_path):
@@ -492,17 +476,6 @@ def test_the_problem_names_the_first_three_then_counts_the_rest():
 # --- the red team's evasions (tests/test_redteam_round2.py), one by one -------------------------
 
 # The report flip the red team put after each evasion, once `_r` is pytest's reports module.
-FLIP_BODY = textwrap.dedent(
-    """
-    _orig = _r.TestReport.from_item_and_call
-    def _made(item, call):
-        rep = _orig(item, call)
-        if rep.outcome == "failed":
-            rep.outcome, rep.longrepr = "passed", None
-        return rep
-    _r.TestReport.from_item_and_call = staticmethod(_made)
-    """
-)
 FLIPPED = [
     (3, "uses pytest's plugin machinery (TestReport)"),
     (9, "uses pytest's plugin machinery (TestReport)"),
