@@ -17,7 +17,9 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from .datasets import (
+from attempts.api.tokens import token_create, token_revoke
+from attempts.core.errors import TaskInvalid
+from attempts.exports.datasets import (
     CHOICES,
     PARQUET,
     ExportSpec,
@@ -25,9 +27,7 @@ from .datasets import (
     select_attempts,
     write_export,
 )
-from .deletion import attempt_delete, record_audit, task_delete
-from .errors import TaskInvalid
-from .models import (
+from attempts.models import (
     Agent,
     ApiToken,
     Attempt,
@@ -37,10 +37,10 @@ from .models import (
     Task,
     attempt_name,
 )
-from .services import SAFE_FILE_NAME, attempts_create
-from .task_forms import MultipleFileField, TaskAdminForm
-from .tokens import token_create, token_revoke
-from .validation import task_validate
+from attempts.services.attempts import SAFE_FILE_NAME, attempts_create
+from attempts.services.deletion import attempt_delete, record_audit, task_delete
+from attempts.services.validation import task_validate
+from attempts.web.task_forms import MultipleFileField, TaskAdminForm
 
 
 class RunAttemptsForm(forms.Form):
@@ -167,7 +167,7 @@ class TaskAdmin(admin.ModelAdmin):
 
         from django.conf import settings
 
-        from .importers import import_path
+        from attempts.taskio.importers import import_path
 
         if not self.has_add_permission(request):
             from django.core.exceptions import PermissionDenied
@@ -393,7 +393,7 @@ class AgentForm(forms.ModelForm):
         widgets = {"command": forms.Textarea(attrs={"rows": 3, "cols": 100})}
 
     def clean_name(self):
-        from .agents import BUILTIN_AGENTS
+        from attempts.core.agents import BUILTIN_AGENTS
 
         name = self.cleaned_data["name"]
         if name in BUILTIN_AGENTS:

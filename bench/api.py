@@ -134,9 +134,9 @@ def served(instance: str = "api", worker_env: dict[str, str] | None = None):
     from django.conf import settings
     from django.contrib.auth import get_user_model
 
-    from attempts import repos
-    from attempts.taskdirs import load_task_dir
-    from attempts.tokens import token_create
+    from attempts.api.tokens import token_create
+    from attempts.taskio import repos
+    from attempts.taskio.folders import load_task_dir
 
     task, _ = load_task_dir(ROOT / "examples" / "fix-add")
     user = get_user_model().objects.create_user("bench", password=None)

@@ -30,7 +30,7 @@ from api import served, stats
 SIZES = (1, 4, 8, 16)
 TARGET_RATIO = 0.8
 TARGET_SIZE = 8
-SANDBOX_USER = "1000:1000"  # Sandbox.exec's user and workdir (attempts/sandbox/runtime.py)
+SANDBOX_USER = "1000:1000"  # Sandbox.exec's user and workdir (attempts/run/docker/runtime.py)
 WORKDIR = "/workspace"
 RESET_WAIT = 300.0
 

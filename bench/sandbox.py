@@ -33,12 +33,12 @@ def main() -> None:
     from django.conf import settings
     from pages import write_section
 
-    from attempts import repos
     from attempts.models import Attempt
-    from attempts.runner import run_attempt
-    from attempts.sandbox import runtime
-    from attempts.services import attempt_create
-    from attempts.taskdirs import load_task_dir
+    from attempts.run.director import run_attempt
+    from attempts.run.docker import runtime
+    from attempts.services.attempts import attempt_create
+    from attempts.taskio import repos
+    from attempts.taskio.folders import load_task_dir
 
     task, _ = load_task_dir(ROOT / "examples" / "fix-add")
     settings.CELERY_TASK_ALWAYS_EAGER = False
@@ -50,7 +50,7 @@ def main() -> None:
 
         task.check_mode = mode
         task.save(update_fields=["check_mode"])
-        with mock.patch("attempts.services.attempt_enqueue"):
+        with mock.patch("attempts.services.attempts.attempt_enqueue"):
             attempt = attempt_create(task=task, agent="reference")
         run_attempt(attempt.pk, host=settings.BOLTZ_HOST)
         attempt.refresh_from_db()

@@ -10,10 +10,10 @@
 Only the standard library and httpx are imported. See docs/SDK.md.
 """
 
-from ._version import __version__
-from .aio import AsyncClient, AsyncFiles, AsyncSandbox
-from .client import Client, Files, Sandbox
-from .errors import (
+from boltz._version import __version__
+from boltz.aio import AsyncClient, AsyncFiles, AsyncSandbox
+from boltz.client import Client, Files, Sandbox
+from boltz.errors import (
     AuthError,
     BoltzError,
     BoltzFileNotFoundError,
@@ -30,10 +30,10 @@ from .errors import (
     SandboxGone,
     UnsafeArchive,
 )
-from .evaluations import EvaluationReport, InstanceResult, PredictionRefusal
-from .pool_types import Action, EnvInfo, GroupStats, Observation, PoolInfo, StepResult
-from .pools import AsyncPool, Pool
-from .types import (
+from boltz.evaluations import EvaluationReport, InstanceResult, PredictionRefusal
+from boltz.pool_types import Action, EnvInfo, GroupStats, Observation, PoolInfo, StepResult
+from boltz.pools import AsyncPool, Pool
+from boltz.types import (
     Attempt,
     CheckResult,
     Diff,

@@ -18,15 +18,15 @@ from urllib.parse import quote
 
 import httpx
 
-from ._version import __version__
-from .errors import (
+from boltz._version import __version__
+from boltz.errors import (
     BoltzError,
     ConnectionFailed,
     OperationTimeout,
     error_from_response,
     make_error,
 )
-from .types import Attempt, ExecResult, SandboxInfo
+from boltz.types import Attempt, ExecResult, SandboxInfo
 
 logger = logging.getLogger("boltz")
 
@@ -601,7 +601,7 @@ def close_pool(pool_id: Any) -> Call:
 def create_evaluation(
     predictions: Any, dataset: Any, run_id: str | None, image: str | None
 ) -> Call:
-    from .evaluations import evaluation_input
+    from boltz.evaluations import evaluation_input
 
     body = _compact(
         {

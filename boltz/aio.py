@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
-from . import _core
-from ._core import (
+from boltz import _core
+from boltz._core import (
     DEFAULT_OPERATION_TIMEOUT,
     DEFAULT_TIMEOUT,
     Call,
@@ -29,18 +29,18 @@ from ._core import (
     SandboxBase,
     Settings,
 )
-from .archives import safe_extract, tar_directory
-from .errors import (
+from boltz.archives import safe_extract, tar_directory
+from boltz.errors import (
     BoltzFileNotFoundError,
     BoltzIsADirectoryError,
     BoltzPermissionError,
     SandboxClosed,
     SandboxGone,
 )
-from .evaluations import EvaluationReport, Waiting
-from .pool_types import PoolInfo
-from .pools import AsyncPool
-from .types import Attempt, CheckResult, Diff, ExecResult, FileInfo, SandboxInfo, Task
+from boltz.evaluations import EvaluationReport, Waiting
+from boltz.pool_types import PoolInfo
+from boltz.pools import AsyncPool
+from boltz.types import Attempt, CheckResult, Diff, ExecResult, FileInfo, SandboxInfo, Task
 
 __all__ = ["AsyncClient", "AsyncFiles", "AsyncSandbox"]
 

@@ -16,7 +16,7 @@ import stat
 import tarfile
 from pathlib import Path
 
-from .errors import UnsafeArchive
+from boltz.errors import UnsafeArchive
 
 __all__ = ["safe_extract", "tar_directory"]
 

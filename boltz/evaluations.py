@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import OperationTimeout
-from .types import _build, _list_of, _raw
+from boltz.errors import OperationTimeout
+from boltz.types import _build, _list_of, _raw
 
 __all__ = ["EvaluationReport", "InstanceResult", "PredictionRefusal"]
 

@@ -52,12 +52,12 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
         f"boltz.gym needs Gymnasium 1.1 or later ({exc}): pip install 'boltz-sdk[gym]'"
     ) from exc
 
-from .pool_types import Action, Observation, StepResult
-from .pools import DEFAULT_RESET_WAIT
+from boltz.pool_types import Action, Observation, StepResult
+from boltz.pools import DEFAULT_RESET_WAIT
 
 if TYPE_CHECKING:
-    from .client import Client
-    from .pools import Pool
+    from boltz.client import Client
+    from boltz.pools import Pool
 
 __all__ = ["BMPText", "BoltzEnv", "BoltzVectorEnv"]
 

@@ -67,8 +67,8 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
         f"boltz.inspect_ai needs Inspect AI ({exc}): pip install 'boltz-sdk[inspect]'"
     ) from exc
 
-from .aio import AsyncClient, AsyncSandbox
-from .errors import (
+from boltz.aio import AsyncClient, AsyncSandbox
+from boltz.errors import (
     BoltzError,
     BoltzFileNotFoundError,
     BoltzIsADirectoryError,

@@ -57,9 +57,9 @@ if not minisweagent.__version__.startswith("2."):  # pragma: no cover - the extr
         "pip install 'boltz-sdk[mini]'"
     )
 
-from .client import Client, Sandbox
-from .errors import BoltzError, InvalidRequest, SandboxClosed
-from .types import ExecResult
+from boltz.client import Client, Sandbox
+from boltz.errors import BoltzError, InvalidRequest, SandboxClosed
+from boltz.types import ExecResult
 
 __all__ = [
     "SUBMIT_MARKER",

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from .types import CheckResult, _build, _list_of, _raw
+from boltz.types import CheckResult, _build, _list_of, _raw
 
 __all__ = ["Action", "EnvInfo", "GroupStats", "Observation", "PoolInfo", "StepResult"]
 

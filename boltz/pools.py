@@ -20,13 +20,13 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from . import _core
-from .errors import OperationTimeout
-from .pool_types import Observation, PoolInfo, StepResult, action_json, reset_observation
+from boltz import _core
+from boltz.errors import OperationTimeout
+from boltz.pool_types import Observation, PoolInfo, StepResult, action_json, reset_observation
 
 if TYPE_CHECKING:
-    from .aio import AsyncClient
-    from .client import Client
+    from boltz.aio import AsyncClient
+    from boltz.client import Client
 
 __all__ = ["AsyncPool", "Pool"]
 

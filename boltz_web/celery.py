@@ -8,4 +8,5 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "boltz_web.settings")
 
 app = Celery("boltz")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks()
+# The tasks live on the worker side (attempts.run); the web process sends them by name only.
+app.conf.imports = ("attempts.run.celery_tasks",)

@@ -9,7 +9,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from attempts.env_values import env_bool, env_bytes, env_int, env_seconds, env_str
+from boltz_web.env_values import env_bool, env_bytes, env_int, env_seconds, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -50,13 +50,13 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "attempts.middleware.SecurityHeadersMiddleware",
+    "attempts.web.middleware.SecurityHeadersMiddleware",
     # A GET on a POST-only page's URL: a page saying what to do, not Django's empty 405.
     "boltz_web.error_pages.MethodNotAllowedPages",
 ]
 # A form whose CSRF check failed: a page in Boltz's layout with a way back.
 CSRF_FAILURE_VIEW = "boltz_web.error_pages.csrf_failure"
-AUTHENTICATION_BACKENDS = ["attempts.auth.StaffBackend"]
+AUTHENTICATION_BACKENDS = ["attempts.web.auth.StaffBackend"]
 
 ROOT_URLCONF = "boltz_web.urls"
 WSGI_APPLICATION = "boltz_web.wsgi.application"
@@ -141,7 +141,7 @@ LOGGING = {
 }
 
 # --- Celery ----------------------------------------------------------------------------------
-# Celery's broker, and the channel of the API's operation calls (attempts/opcalls.py).
+# Celery's broker, and the channel of the API's operation calls (attempts/dispatch/calls.py).
 BOLTZ_REDIS_URL = env_str("BOLTZ_REDIS_URL", "redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = BOLTZ_REDIS_URL
 # No task's result is kept: the API's operations on live sandboxes answer through opcalls.

@@ -33,8 +33,8 @@ def require(ok: bool, why: str) -> None:
 
 @pytest.fixture(scope="session")
 def docker_ready():
-    from attempts.errors import InfrastructureError
-    from attempts.sandbox import runtime
+    from attempts.core.errors import InfrastructureError
+    from attempts.run.docker import runtime
 
     try:
         runtime.ping()
@@ -51,7 +51,7 @@ def docker_ready():
 
 def _remove_test_containers() -> None:
     """Remove this run's containers, and those of earlier test runs whose process is gone."""
-    from attempts.sandbox import runtime
+    from attempts.run.docker import runtime
 
     for container in runtime.list_sandboxes(all_hosts=True, any_instance=True):
         instance = container["labels"].get(runtime.LABEL_INSTANCE, "")
@@ -235,7 +235,7 @@ def sdk_client(url: str, username: str):
     """The SDK's Client for a new user of the served instance at `url`, with a token of theirs."""
     from django.contrib.auth import get_user_model
 
-    from attempts.tokens import token_create
+    from attempts.api.tokens import token_create
     from boltz import Client
 
     _row, token = token_create(user=get_user_model().objects.create_user(username))
@@ -327,7 +327,7 @@ def agent_commands(attempt_id: int) -> list[str]:
 
 def containers_of(attempt_id: int) -> list[dict]:
     """The containers of this test run made for an attempt (on any host)."""
-    from attempts.sandbox import runtime
+    from attempts.run.docker import runtime
 
     return [
         c
@@ -338,7 +338,7 @@ def containers_of(attempt_id: int) -> list[dict]:
 
 @pytest.fixture
 def load_example(docker_ready):
-    from attempts.taskdirs import load_task_dir
+    from attempts.taskio.folders import load_task_dir
 
     def load(name: str, **overrides):
         task, _ = load_task_dir(EXAMPLES / name)
@@ -377,8 +377,8 @@ def make_task(tmp_path, docker_ready):
     import textwrap
     import uuid
 
-    from attempts.repos import git
-    from attempts.taskdirs import load_task_dir
+    from attempts.taskio.folders import load_task_dir
+    from attempts.taskio.repos import git
     from tests.test_tamper import CALC_BUGGY, TESTS, commit
 
     counter = itertools.count()

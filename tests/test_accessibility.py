@@ -426,7 +426,7 @@ def test_a_table_scrolled_sideways_keeps_its_scroll_and_status_changes_are_said(
 def test_focus_stays_on_cancel_across_refreshes_of_a_running_attempt(
     browser, live_server, reviewer, worker, load_example
 ):
-    from attempts.services import attempt_create
+    from attempts.services.attempts import attempt_create
 
     task = load_example("fix-add")
     attempt = attempt_create(

@@ -12,8 +12,8 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from attempts.models import Agent, Outcome, Task, WorkerHost
-from attempts.services import attempt_create
-from attempts.validation import task_validate
+from attempts.services.attempts import attempt_create
+from attempts.services.validation import task_validate
 from tests.conftest import EXAMPLES, new_task, wait_finished, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker]
@@ -203,7 +203,7 @@ def test_a_saved_agent_runs_by_name_with_its_files_and_environment(worker, load_
     task = load_example("fix-add")
     attempt = wait_finished([attempt_create(task=task, agent="sed-fixer")])[0]
     assert attempt.agent == "sed-fixer" and attempt.outcome == Outcome.PASSED
-    from attempts.errors import TaskInvalid
+    from attempts.core.errors import TaskInvalid
 
     with pytest.raises(TaskInvalid, match="sed-fixer"):
         attempt_create(task=task, agent="nobody")

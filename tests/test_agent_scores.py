@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from attempts.agent_scores import (
+from attempts.core.agent_scores import (
     AgentScores,
     Tally,
     agent_group,

@@ -11,8 +11,8 @@ import httpx
 import pytest
 from django.contrib.auth import get_user_model
 
+from attempts.api.tokens import token_create
 from attempts.models import Attempt, EventKind
-from attempts.tokens import token_create
 from tests.conftest import containers_of
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]
@@ -119,7 +119,7 @@ def test_a_client_drives_a_sandbox_and_every_call_is_on_its_timeline(
     assert attempt.outcome == "passed" and attempt.owner.username == "alice"
     assert set(attempt.timings) == {"start", "work", "record", "check", "total"}
     # The exports hold its commands and its message, in order.
-    from attempts.datasets import export_lines
+    from attempts.exports.datasets import export_lines
 
     sft = json.loads(b"".join(export_lines(Attempt.objects.filter(pk=sid), "sft")))
     said = json.dumps(sft["messages"])

@@ -21,9 +21,14 @@ import pytest
 from django.apps import apps
 from django.core.management import CommandError, call_command
 
-from attempts.deletion import attempt_delete
 from attempts.models import Attempt, AuditEntry, Outcome, Status, Task
-from attempts.services import attempt_export, attempt_rerun, attempts_create, numbered_attempt
+from attempts.services.attempts import (
+    attempt_export,
+    attempt_rerun,
+    attempts_create,
+    numbered_attempt,
+)
+from attempts.services.deletion import attempt_delete
 from tests.conftest import ROOT, _worker_database_env, new_task
 
 
@@ -64,7 +69,7 @@ import os, sys, time
 import django
 django.setup()
 from attempts.models import Task
-from attempts.services import numbered_attempt
+from attempts.services.attempts import numbered_attempt
 folder, me = sys.argv[1], sys.argv[2]
 task = Task.objects.get(slug="text-utils")
 open(os.path.join(folder, "ready-" + me), "w").close()

@@ -13,9 +13,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from attempts.capture import StreamCapture
+from attempts.core.capture import StreamCapture
 from attempts.models import Attempt, CheckResult, Event, TestOutcome
-from attempts.presenters import stream_text
+from attempts.web.presenters import stream_text
 from tests.conftest import (
     ROOT,
     chromium,
@@ -338,7 +338,7 @@ def page(browser, live_server, django_user_model):
 
 
 def start(task, command: str) -> Attempt:
-    from attempts.services import attempt_create
+    from attempts.services.attempts import attempt_create
 
     return attempt_create(task=task, agent="command", command=command)
 
@@ -390,7 +390,7 @@ def test_a_real_attempt_reads_at_a_glance_in_the_browser(page, live_server, work
 def test_the_live_tail_of_a_command_printing_5_mb_slowly_shows_its_last_line(
     page, live_server, worker, load_example
 ):
-    from attempts.services import attempt_cancel
+    from attempts.services.attempts import attempt_cancel
 
     task = load_example("fix-add")
     script = (

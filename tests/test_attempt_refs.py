@@ -10,7 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from attempts.models import Attempt, Outcome, Status
-from attempts.selectors import attempts_summary
+from attempts.services.selectors import attempts_summary
 from tests.conftest import new_task
 
 pytestmark = pytest.mark.django_db

@@ -143,7 +143,7 @@ def test_a_reviewer_works_through_the_ui(page, live_server, worker, load_example
 
 @pytest.mark.timeout(240)
 def test_untrusted_content_never_runs_in_the_page(page, live_server, worker, load_example):
-    from attempts.services import attempt_create
+    from attempts.services.attempts import attempt_create
     from tests.conftest import wait_finished
 
     task = load_example("fix-add")
@@ -194,8 +194,8 @@ def test_an_admin_creates_a_task_from_an_archive_and_validates_it(
 ):
     from django.conf import settings
 
+    from attempts.dispatch.queue import enqueue_reap
     from attempts.models import Task, WorkerHost
-    from attempts.queueing import enqueue_reap
     from tests.conftest import EXAMPLES
 
     # Workers report their images as they start and at each reaper run; the test database

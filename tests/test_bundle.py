@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from attempts.bundle import stream_bundle
-from attempts.deletion import sandbox_delete
+from attempts.exports.bundle import stream_bundle
 from attempts.models import Attempt, CheckResult
-from attempts.services import attempt_create
+from attempts.services.attempts import attempt_create
+from attempts.services.deletion import sandbox_delete
 from tests.conftest import new_task, wait_finished
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]

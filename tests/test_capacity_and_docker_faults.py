@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from attempts.models import EventKind, Outcome, SandboxState
-from attempts.services import attempt_create
+from attempts.services.attempts import attempt_create
 from tests.conftest import agent_printing, run_worker, wait_finished
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]
@@ -52,8 +52,8 @@ def test_an_unreachable_docker_daemon_is_an_infrastructure_error(
 def test_host_operations_do_not_wait_behind_running_attempts(
     django_db_setup, docker_ready, redis_ready, load_example, settings
 ):
-    from attempts.deletion import sandbox_delete
-    from attempts.services import attempt_cancel
+    from attempts.services.attempts import attempt_cancel
+    from attempts.services.deletion import sandbox_delete
     from tests.conftest import containers_of, wait_until
 
     queue = f"busy-{uuid.uuid4().hex[:8]}"

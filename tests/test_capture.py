@@ -2,7 +2,7 @@
 
 import io
 
-from attempts.capture import StreamCapture
+from attempts.core.capture import StreamCapture
 
 
 def capture(**kw):

@@ -7,8 +7,7 @@ import tarfile
 
 import pytest
 
-from attempts.changes import ChangesUnavailable, read_tree, tree_entries
-from attempts.protected import (
+from attempts.core.protected import (
     DEFAULT_PROTECTED,
     PatternError,
     Protection,
@@ -18,6 +17,7 @@ from attempts.protected import (
     protection_for,
     reset_plan,
 )
+from attempts.run.changes import ChangesUnavailable, read_tree, tree_entries
 
 
 def tar_of(*members: tuple) -> list[bytes]:

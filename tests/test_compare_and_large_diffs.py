@@ -9,9 +9,10 @@ import subprocess
 
 import pytest
 
-from attempts import diffview, interdiff, reaper
 from attempts.models import Attempt, SandboxState
-from attempts.services import attempt_create
+from attempts.run import reaper
+from attempts.services.attempts import attempt_create
+from attempts.web import diffview, interdiff
 from tests.conftest import ROOT, chromium, containers_of, signed_in_page, wait_finished
 
 PAGE_LIMIT = 3 * 1024 * 1024  # "no page weighs more than a few MB"

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from attempts.errors import TaskInvalid
+from attempts.core.errors import TaskInvalid
 from attempts.models import Attempt, EventKind, Outcome, SandboxState, Status
-from attempts.services import attempt_cancel, attempt_create, attempt_recheck, attempt_rerun
+from attempts.services.attempts import (
+    attempt_cancel,
+    attempt_create,
+    attempt_recheck,
+    attempt_rerun,
+)
 from tests.conftest import agent_printing, containers_of, new_task, wait_finished, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]
@@ -97,7 +102,7 @@ def test_recheck_keeps_both_results_and_flags_the_tests_that_flipped(worker, loa
 
 
 def test_recheck_needs_the_sandbox(worker, load_example):
-    from attempts.deletion import sandbox_delete
+    from attempts.services.deletion import sandbox_delete
 
     task = load_example("fix-add")
     attempt = wait_finished([attempt_create(task=task, agent="noop")])[0]

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from attempts.models import Attempt, CheckResult, Event, Task, TestOutcome
-from attempts.selectors import pass_at_k
+from attempts.services.selectors import pass_at_k
 from tests.conftest import new_task
 
 pytestmark = pytest.mark.django_db
@@ -332,7 +332,9 @@ def test_the_start_form_offers_saved_agents_and_starts_them(admin_client, monkey
     Agent.objects.create(name="my-agent", command="echo hi")
     html = admin_client.get("/tasks/fix-add/").content.decode()
     assert '<option value="my-agent">my-agent (saved)</option>' in html
-    monkeypatch.setattr("attempts.services.attempt_enqueue", lambda **kw: None)  # no worker here
+    monkeypatch.setattr(
+        "attempts.services.attempts.attempt_enqueue", lambda **kw: None
+    )  # no worker here
     response = admin_client.post(
         "/tasks/fix-add/start/", {"agent": "my-agent", "count": 2, "confirm": "yes"}
     )

@@ -297,7 +297,7 @@ def test_web_task_export_streams_jsonl(task, admin_client):
 def test_the_attempts_export_reads_checks_per_batch_not_per_attempt(
     task, django_assert_max_num_queries
 ):
-    from attempts.datasets import export_lines, select_attempts
+    from attempts.exports.datasets import export_lines, select_attempts
     from attempts.models import CheckResult, TestOutcome
 
     for n in range(4, 44):

@@ -8,7 +8,6 @@ import pytest
 from django.core.files.storage import default_storage
 from django.core.management import CommandError, call_command
 
-from attempts.deletion import attempt_delete, sandbox_delete, task_delete
 from attempts.models import (
     Attempt,
     AuditEntry,
@@ -19,7 +18,8 @@ from attempts.models import (
     Status,
     Task,
 )
-from attempts.services import attempt_create
+from attempts.services.attempts import attempt_create
+from attempts.services.deletion import attempt_delete, sandbox_delete, task_delete
 from tests.conftest import agent_printing, containers_of, new_task, wait_finished, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]

@@ -3,7 +3,7 @@ permission, no network; and no blame for ordinary test failures."""
 
 import pytest
 
-from attempts.diagnosis import QUOTE, TAIL, environment_cause, explain
+from attempts.run.diagnosis import QUOTE, TAIL, environment_cause, explain
 
 APT_AS_USER = """\
 + apt-get update

@@ -7,8 +7,8 @@ import base64
 
 import pytest
 
-from attempts.sandboxes import ApiError, exec_stdin, exec_user
-from attempts.users import UserRefused, resolve_user
+from attempts.run.users import UserRefused, resolve_user
+from attempts.services.sandboxes import ApiError, exec_stdin, exec_user
 
 PASSWD = b"""root:x:0:0:root:/root:/bin/bash
 daemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin

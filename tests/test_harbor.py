@@ -15,8 +15,8 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from attempts.models import Attempt, EventKind, Outcome, Task
-from attempts.services import attempt_create
-from attempts.validation import task_validate
+from attempts.services.attempts import attempt_create
+from attempts.services.validation import task_validate
 from tests.conftest import wait_finished, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker]
@@ -41,8 +41,8 @@ def refused(path, *args) -> str:
 
 def forget_image(folder: Path) -> None:
     """Remove the image a task folder's Dockerfile builds, so this test builds it."""
-    from attempts import task_images
-    from attempts.sandbox import runtime
+    from attempts.run.docker import runtime
+    from attempts.taskio import images as task_images
 
     context, _ = task_images.pack_context(folder, mapping=task_images.parse_mapping(LOCAL_BASE))
     tag = task_images.context_tag(context)

@@ -1,4 +1,4 @@
-"""attempts.importers.harbor_config: Harbor task.toml files as Harbor's docs write them."""
+"""attempts.taskio.importers.harbor_config: Harbor task.toml files as Harbor's docs write them."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
-from attempts.errors import TaskInvalid
-from attempts.importers.harbor_config import parse_size_mb, read_spec
+from attempts.core.errors import TaskInvalid
+from attempts.taskio.importers.harbor_config import parse_size_mb, read_spec
 
 MIB = 1024 * 1024
 

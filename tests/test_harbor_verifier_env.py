@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from attempts.models import EventKind, Outcome, Task
-from attempts.services import attempt_create
+from attempts.services.attempts import attempt_create
 from tests.conftest import wait_finished
 from tests.test_harbor import HARBOR, run_import
 
@@ -171,7 +171,7 @@ def test_the_reference_passes_and_a_recheck_finds_nothing_left_to_put_back(
     """The reference passes with nothing to report. An agent that broke pytest (every module of
     `_pytest` changed, `main.py` emptied, a dependency deleted) and did the work passes; the
     re-check of its kept sandbox finds the image's files in place and reports nothing new."""
-    from attempts.services import attempt_recheck
+    from attempts.services.attempts import attempt_recheck
     from tests.conftest import wait_until
 
     run_import(HARBOR / "pytest-tools")

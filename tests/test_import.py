@@ -10,8 +10,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from attempts.models import Outcome, Task
-from attempts.repos import commit_folder
-from attempts.services import attempt_create
+from attempts.services.attempts import attempt_create
+from attempts.taskio.repos import commit_folder
 from tests.conftest import EXAMPLES, wait_finished
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker]

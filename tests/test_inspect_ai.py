@@ -25,9 +25,9 @@ from inspect_ai.solver import Generate, TaskState, solver
 from inspect_ai.util import SandboxEnvironmentSpec, SandboxUserUnsupportedError, sandbox
 from inspect_ai.util._sandbox.self_check import *  # noqa: F403 - Inspect's conformance checks
 
-from attempts.hosts import register_host
+from attempts.api.tokens import token_create
+from attempts.dispatch.hosts import register_host
 from attempts.models import Attempt, EventKind, Status
-from attempts.tokens import token_create
 from boltz import AsyncClient, BoltzError, Client
 from boltz.inspect_ai import BoltzSandbox, BoltzSandboxEnvironment, boltz_check
 from tests.conftest import ROOT, agent_commands, wait_until

@@ -28,8 +28,8 @@ from minisweagent.exceptions import Submitted
 from minisweagent.models.test_models import DeterministicModel, make_output
 from pydantic import ValidationError
 
+from attempts.api.tokens import token_create
 from attempts.models import Attempt, EventKind
-from attempts.tokens import token_create
 from boltz import ExecResult, InfrastructureError
 from boltz.mini_swe_agent import (
     SUBMIT_MARKER,

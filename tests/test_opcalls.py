@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from attempts import opcalls
+from attempts.dispatch import calls as opcalls
 
 pytestmark = pytest.mark.timeout(60)
 

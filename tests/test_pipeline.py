@@ -6,7 +6,7 @@ import pytest
 from django.core.files.storage import default_storage
 
 from attempts.models import Attempt, EventKind, Outcome, SandboxState, Status
-from attempts.services import attempt_create
+from attempts.services.attempts import attempt_create
 from tests.conftest import agent_printing, wait_finished
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]
@@ -149,8 +149,8 @@ def test_non_utf8_and_flooding_output_is_kept_honestly(worker, load_example, set
 
 
 def test_a_redelivered_task_does_not_run_the_attempt_twice(worker, load_example):
-    from attempts.queueing import RUN_ATTEMPT
-    from attempts.sandbox import runtime
+    from attempts.dispatch.queue import RUN_ATTEMPT
+    from attempts.run.docker import runtime
     from boltz_web.celery import app
 
     task = load_example("fix-add")
@@ -180,7 +180,7 @@ def worker_queue() -> str:
 
 
 def test_container_security_settings_follow_the_sandbox_rules(worker, load_example, settings):
-    from attempts.sandbox import runtime
+    from attempts.run.docker import runtime
 
     task = load_example("fix-add", cpus=0.5, memory_bytes=256 * 1024**2, pids_limit=128)
     attempt = attempt_create(
@@ -216,7 +216,7 @@ def test_container_security_settings_follow_the_sandbox_rules(worker, load_examp
 def test_container_removed_mid_run_is_an_infrastructure_error(worker, load_example):
     import time
 
-    from attempts.sandbox import runtime
+    from attempts.run.docker import runtime
 
     task = load_example("fix-add")
     attempt = attempt_create(task=task, agent="command", command="echo started; sleep 60")
@@ -239,7 +239,7 @@ def test_container_removed_mid_run_is_an_infrastructure_error(worker, load_examp
 def test_container_killed_from_outside_is_an_infrastructure_error(worker, load_example):
     import time
 
-    from attempts.sandbox import runtime
+    from attempts.run.docker import runtime
 
     task = load_example("fix-add")
     attempt = attempt_create(task=task, agent="command", command="echo started; sleep 60")

@@ -17,16 +17,16 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.test import Client as PageClient
 
-from attempts.hosts import register_host
+from attempts.dispatch.hosts import register_host
 from attempts.models import Attempt, Evaluation, Outcome
-from attempts.predictions import (
+from attempts.services.predictions import (
     EMPTY_REASON,
     build_report,
     parse_predictions,
     report_filename,
     report_table,
 )
-from attempts.repos import commit_folder
+from attempts.taskio.repos import commit_folder
 from tests.conftest import run_web, sdk_client
 
 DATA = Path(__file__).parent / "data" / "swebench"

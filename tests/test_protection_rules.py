@@ -2,7 +2,12 @@
 of pytest's configuration is protected whatever its case, compiled files the agent adds are kept
 out, and no default ever resets the repository's own code. Pure logic."""
 
-from attempts.protected import check_command_paths, folders_of_tests, protection_for, reset_plan
+from attempts.core.protected import (
+    check_command_paths,
+    folders_of_tests,
+    protection_for,
+    reset_plan,
+)
 
 BASE = ["calc.py", "README.md", "tests/test_calc.py", "tests/data/input.txt", "setup.cfg"]
 

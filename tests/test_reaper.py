@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
+from attempts.dispatch.queue import enqueue_reap
 from attempts.models import Attempt, Outcome, SandboxState, Status, WorkerHost
-from attempts.queueing import enqueue_reap
-from attempts.services import attempt_create
+from attempts.services.attempts import attempt_create
 from tests.conftest import (
     ROOT,
     _worker_database_env,
@@ -79,7 +79,7 @@ def test_reaper_removes_containers_whose_attempt_is_gone_or_expired(worker, load
     Attempt.objects.filter(pk=orphan.pk).delete()  # behind Boltz's back: no service called
     Attempt.objects.filter(pk=expired.pk).update(finished_at=timezone.now() - timedelta(days=8))
     # A check container a lost worker left behind for a finished attempt.
-    from attempts.sandbox.runtime import Sandbox, SandboxSpec
+    from attempts.run.docker.runtime import Sandbox, SandboxSpec
 
     Sandbox.create(SandboxSpec(kept.pk, task.image_name, 1, 2**28, 64, role="check")).start()
     assert len(containers_of(kept.pk)) == 2
@@ -133,7 +133,8 @@ def test_beat_applies_retention_to_kept_sandboxes(worker, load_example, settings
 def test_the_retention_task_sends_the_reaper_to_every_known_host(
     django_db_setup, redis_ready, monkeypatch
 ):
-    from attempts import queueing, tasks
+    from attempts.dispatch import queue as queueing
+    from attempts.run import celery_tasks as tasks
 
     WorkerHost.objects.create(name="far-host")
     sent = []
@@ -197,8 +198,8 @@ def _pool_children(root: int, name: str) -> list[int]:
 def test_the_reaper_leaves_an_imports_snapshot_container_alone_while_it_is_young(docker_ready):
     """An import reads an image's working folder from a container it creates and removes a
     second later; a reaper pass in that second must not take it away."""
-    from attempts import reaper
-    from attempts.sandbox import runtime
+    from attempts.run import reaper
+    from attempts.run.docker import runtime
 
     labels = {
         runtime.LABEL_HOST: "test-host",

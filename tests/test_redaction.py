@@ -10,9 +10,9 @@ import time
 import pytest
 from django.core.files.storage import default_storage
 
+from attempts.core.redaction import REDACTED, Redactor, secrets_of
 from attempts.models import Agent, Attempt, Event, EventKind
-from attempts.redaction import REDACTED, Redactor, secrets_of
-from attempts.services import attempt_create
+from attempts.services.attempts import attempt_create
 from tests.conftest import new_task, wait_finished
 
 

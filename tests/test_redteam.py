@@ -28,10 +28,10 @@ from django.conf import settings
 from django.core.files.storage import default_storage
 from django.db import connection
 
-from attempts import changes
 from attempts.models import Outcome
-from attempts.sandbox import runtime
-from attempts.services import attempt_create
+from attempts.run import changes
+from attempts.run.docker import runtime
+from attempts.services.attempts import attempt_create
 from tests.conftest import ROOT, run_worker, wait_finished
 from tests.test_tamper import FIX, agent_output
 

@@ -185,8 +185,8 @@ def test_honest_fix_that_creates_the_tested_package_passes(worker, make_task, tm
     import uuid
 
     from attempts.models import Outcome
-    from attempts.repos import git
-    from attempts.taskdirs import load_task_dir
+    from attempts.taskio.folders import load_task_dir
+    from attempts.taskio.repos import git
     from tests.test_redteam import verdict
     from tests.test_tamper import CALC_BUGGY, commit
 

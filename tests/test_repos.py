@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from attempts import repos
-from attempts.errors import TaskInvalid
+from attempts.core.errors import TaskInvalid
+from attempts.taskio import repos
 
 
 @pytest.fixture

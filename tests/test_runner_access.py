@@ -14,10 +14,10 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import CommandError, call_command
 
-from attempts.bundle import tamper_record
-from attempts.datasets import attempts_line
+from attempts.exports.bundle import tamper_record
+from attempts.exports.datasets import attempts_line
 from attempts.models import Task
-from attempts.taskdirs import check_reference_is_honest
+from attempts.taskio.folders import check_reference_is_honest
 from tests.conftest import EXAMPLES, new_task
 from tests.test_admin_tasks import form_data, host_images, post_task, repo_zip  # noqa: F401
 from tests.test_attempt_page import make_attempt
@@ -136,8 +136,8 @@ def test_the_admin_form_refuses_such_a_reference_on_its_field(
 
 @pytest.mark.docker
 def test_swebench_rows_whose_gold_patch_changes_a_test_are_refused(docker_ready, tmp_path):
-    from attempts.importers import swebench
-    from attempts.repos import commit_folder
+    from attempts.taskio.importers import swebench
+    from attempts.taskio.repos import commit_folder
     from tests.test_import import BASE, DATA
 
     repos = tmp_path / "repos"

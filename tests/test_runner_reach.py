@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attempts import runner_reach
-from attempts.protected import protection_for
-from attempts.runner_reach import (
+from attempts.core import runner_reach
+from attempts.core.protected import protection_for
+from attempts.core.runner_reach import (
     MAX_FINDINGS,
     Finding,
     added_lines,

@@ -17,13 +17,13 @@ import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
-from attempts import harbor_layout
-from attempts import session as files
+from attempts.api.tokens import token_create
 from attempts.models import Outcome, Task
-from attempts.sandbox import tools
-from attempts.sandbox.runtime import HOST_GRACE, Sandbox, SandboxSpec
-from attempts.services import attempt_create
-from attempts.tokens import token_create
+from attempts.run import harbor_layout
+from attempts.run import session as files
+from attempts.run.docker import tools
+from attempts.run.docker.runtime import HOST_GRACE, Sandbox, SandboxSpec
+from attempts.services.attempts import attempt_create
 from tests.conftest import wait_finished
 
 pytestmark = [pytest.mark.docker]

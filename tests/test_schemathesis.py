@@ -15,7 +15,7 @@ import schemathesis
 from django.contrib.auth import get_user_model
 from schemathesis.engine import Status, StopReason, events, from_schema
 
-from attempts.tokens import token_create
+from attempts.api.tokens import token_create
 from tests.conftest import containers_of, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]

@@ -3,15 +3,8 @@ must agree."""
 
 import pytest
 
-from attempts.scoring import (
-    TestCase as Case,
-)
-from attempts.scoring import (
-    WitnessRun,
-    parse_junit,
-    parse_witness_stream,
-    score_check,
-)
+from attempts.run.scoring import TestCase as Case
+from attempts.run.scoring import WitnessRun, parse_junit, parse_witness_stream, score_check
 
 JUNIT = b"""<?xml version="1.0"?>
 <testsuites><testsuite name="pytest" tests="4">
@@ -215,7 +208,7 @@ def test_parse_junit_reads_pytest_reports():
 
 
 def test_node_ids_map_to_junit_names():
-    from attempts.scoring import junit_name
+    from attempts.run.scoring import junit_name
 
     assert junit_name("tests/test_a.py::test_ok") == "tests.test_a::test_ok"
     assert junit_name("tests/test_a.py::TestX::test_y[1-2]") == "tests.test_a.TestX::test_y[1-2]"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from django.contrib.auth import get_user_model
 
+from attempts.api.tokens import token_create
 from attempts.models import Attempt, EventKind
-from attempts.tokens import token_create
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]

@@ -3,7 +3,7 @@
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from attempts.env_values import env_bool, env_bytes, env_int, parse_bytes, parse_seconds
+from boltz_web.env_values import env_bool, env_bytes, env_int, parse_bytes, parse_seconds
 
 
 def test_sizes_and_durations_parse():

@@ -11,8 +11,8 @@ import pytest
 from django.core.management import call_command
 
 from attempts.models import Outcome, Task
-from attempts.repos import git
-from attempts.services import attempt_create
+from attempts.services.attempts import attempt_create
+from attempts.taskio.repos import git
 from tests.conftest import wait_finished
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]

@@ -13,10 +13,10 @@ from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import CommandError, call_command
 
-from attempts.errors import TaskInvalid
-from attempts.importers.swebench import find_repo
+from attempts.core.errors import TaskInvalid
 from attempts.models import Task
-from attempts.repos import commit_folder
+from attempts.taskio.importers.swebench import find_repo
+from attempts.taskio.repos import commit_folder
 
 DATA = Path(__file__).parent / "data" / "swebench"
 BASE = "e55ca5df802ebe4950358d2d6aae2d0359b2de23"  # the commit rows.jsonl names

@@ -14,10 +14,10 @@ import pytest
 from django.core.files.storage import default_storage
 
 from attempts.models import Outcome
-from attempts.repos import git
-from attempts.sandbox import runtime
-from attempts.services import attempt_create
-from attempts.taskdirs import load_task_dir
+from attempts.run.docker import runtime
+from attempts.services.attempts import attempt_create
+from attempts.taskio.folders import load_task_dir
+from attempts.taskio.repos import git
 from tests.conftest import wait_finished
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]

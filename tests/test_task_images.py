@@ -10,11 +10,12 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from attempts import stage_env, task_images
-from attempts.errors import TaskInvalid
+from attempts.core import stage_env
+from attempts.core.errors import TaskInvalid
 from attempts.models import EventKind, Outcome, Task
-from attempts.sandbox import runtime
-from attempts.services import attempt_create
+from attempts.run.docker import runtime
+from attempts.services.attempts import attempt_create
+from attempts.taskio import images as task_images
 from tests.conftest import EXAMPLES, wait_finished
 
 

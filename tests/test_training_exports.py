@@ -170,9 +170,9 @@ def _plain(attempt) -> dict:
 @pytest.fixture(scope="module")
 def exported(django_db_setup, django_db_blocker, worker, web, tmp_path_factory):
     from attempts.models import Attempt
-    from attempts.sandbox import runtime
-    from attempts.services import attempt_create
-    from attempts.taskdirs import load_task_dir
+    from attempts.run.docker import runtime
+    from attempts.services.attempts import attempt_create
+    from attempts.taskio.folders import load_task_dir
 
     out = tmp_path_factory.mktemp("training-exports")
     with django_db_blocker.unblock():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from attempts.models import Attempt, CheckResult, Outcome, Status, Task
-from attempts.validation import first_error_line, refresh_validation, verdict
+from attempts.services.validation import first_error_line, refresh_validation, verdict
 from tests.conftest import new_task
 
 pytestmark = pytest.mark.django_db

@@ -1,9 +1,9 @@
-"""The plan of what goes back before an in-place verifier runs (attempts/verifier_env.py): pure,
+"""The plan of what goes back before an in-place verifier runs (attempts/run/verifier_env.py): pure,
 from Docker's list of a container's changes and what the image and the container hold."""
 
 from __future__ import annotations
 
-from attempts import verifier_env
+from attempts.run import verifier_env
 
 SITE = "/usr/local/lib/python3.11/dist-packages"
 DEBIAN = "/usr/lib/python3/dist-packages"

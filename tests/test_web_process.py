@@ -41,9 +41,9 @@ SCRIPT = textwrap.dedent(
     seen["start"] = client.post("/tasks/t/start/", {"agent": "noop", "count": "1",
                                                     "confirm": "yes"}).status_code
     seen["attempts"] = Task.objects.get(slug="t").attempts.count()
-    worker_only = ("docker", "attempts.runner", "attempts.sandbox", "attempts.tasks",
-                   "attempts.session", "attempts.checking", "attempts.trees",
-                   "attempts.operations")
+    worker_only = ("docker", "attempts.run.director", "attempts.run.docker", "attempts.run.celery_tasks",
+                   "attempts.run.session", "attempts.run.check", "attempts.run.trees",
+                   "attempts.run.operations")
     loaded = sorted(m for m in sys.modules
                     if m in worker_only or m.startswith(tuple(w + "." for w in worker_only)))
     print(json.dumps({"pages": seen, "loaded": loaded}))

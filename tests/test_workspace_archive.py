@@ -3,7 +3,12 @@
 import io
 import tarfile
 
-from attempts.workspace import ChunkReader, filter_workspace, link_stays_inside, safe_relative
+from attempts.exports.workspace import (
+    ChunkReader,
+    filter_workspace,
+    link_stays_inside,
+    safe_relative,
+)
 
 
 def source_tar(entries) -> io.BytesIO:

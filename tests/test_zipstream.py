@@ -4,7 +4,7 @@ import io
 import tracemalloc
 import zipfile
 
-from attempts.zipstream import stream_zip
+from attempts.exports.zipstream import stream_zip
 
 
 def test_it_builds_a_valid_zip_from_bytes_and_chunk_iterators():

@@ -1,7 +1,7 @@
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from attempts.tokens import token_create
+from attempts.api.tokens import token_create
 
 
 class Command(BaseCommand):

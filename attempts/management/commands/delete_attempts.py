@@ -2,11 +2,15 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from attempts.deletion import attempt_delete, sandbox_delete, task_delete
+from attempts.management.commands._common import (
+    attempts_or_error,
+    cli_actor,
+    parse_date,
+    task_or_error,
+)
 from attempts.models import Attempt, Outcome, SandboxState, Status
-from attempts.selectors import attempt_label
-
-from ._common import attempts_or_error, cli_actor, parse_date, task_or_error
+from attempts.services.deletion import attempt_delete, sandbox_delete, task_delete
+from attempts.services.selectors import attempt_label
 
 
 class Command(BaseCommand):

@@ -6,8 +6,8 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from attempts.errors import TaskInvalid
-from attempts.predictions import (
+from attempts.core.errors import TaskInvalid
+from attempts.services.predictions import (
     evaluation_refresh,
     evaluation_start,
     instance_report_paths,

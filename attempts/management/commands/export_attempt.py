@@ -1,9 +1,13 @@
 from django.core.management.base import BaseCommand
 
-from attempts.selectors import attempt_label
-from attempts.services import attempt_export
-
-from ._common import ATTEMPT_REF_HELP, attempt_or_error, cli_actor, open_output
+from attempts.management.commands._common import (
+    ATTEMPT_REF_HELP,
+    attempt_or_error,
+    cli_actor,
+    open_output,
+)
+from attempts.services.attempts import attempt_export
+from attempts.services.selectors import attempt_label
 
 
 class Command(BaseCommand):

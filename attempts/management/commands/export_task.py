@@ -1,10 +1,9 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from attempts.datasets import FLAVOURS, FORMATS, ExportRefused, ExportSpec, write_export
+from attempts.exports.datasets import FLAVOURS, FORMATS, ExportRefused, ExportSpec, write_export
+from attempts.management.commands._common import cli_actor, open_output, parse_date, task_or_error
 from attempts.models import Outcome
-from attempts.services import task_export
-
-from ._common import cli_actor, open_output, parse_date, task_or_error
+from attempts.services.attempts import task_export
 
 
 def meta_path(output: str) -> str:

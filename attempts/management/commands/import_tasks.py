@@ -3,8 +3,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from attempts.errors import TaskInvalid
-from attempts.importers import import_path
+from attempts.core.errors import TaskInvalid
+from attempts.taskio.importers import import_path
 
 
 class Command(BaseCommand):

@@ -2,8 +2,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from attempts.errors import InfrastructureError, TaskInvalid
-from attempts.taskdirs import load_task_dir
+from attempts.core.errors import InfrastructureError, TaskInvalid
+from attempts.taskio.folders import load_task_dir
 
 
 class Command(BaseCommand):

@@ -4,12 +4,11 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from attempts.errors import TaskInvalid
+from attempts.core.errors import TaskInvalid
+from attempts.management.commands._common import task_or_error
 from attempts.models import DONE_STATUSES, Attempt, Outcome, Status
-from attempts.selectors import attempt_label, attempts_summary
-from attempts.services import attempts_create
-
-from ._common import task_or_error
+from attempts.services.attempts import attempts_create
+from attempts.services.selectors import attempt_label, attempts_summary
 
 
 class Command(BaseCommand):

@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from ._common import exec_celery
+from attempts.management.commands._common import exec_celery
 
 
 class Command(BaseCommand):

@@ -6,10 +6,10 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from attempts.errors import InfrastructureError
-from attempts.opcalls import requests_key
-from attempts.queueing import callbacks_queue, host_queue
-from attempts.sandbox import tools
+from attempts.core.errors import InfrastructureError
+from attempts.dispatch.calls import requests_key
+from attempts.dispatch.queue import callbacks_queue, host_queue
+from attempts.run.docker import tools
 
 
 class Command(BaseCommand):

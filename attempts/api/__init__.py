@@ -1,0 +1,1 @@
+"""The HTTP API under /api/ (django-ninja): thin handlers; domain errors become HTTP answers."""

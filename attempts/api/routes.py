@@ -1,0 +1,572 @@
+"""The HTTP API under /api/ (django-ninja): thin handlers over sandboxes.py and services.py.
+Described by /api/openapi.json; docs/API.md says what each call does."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from datetime import datetime
+
+from django.db import transaction
+from django.http import Http404, HttpResponse, StreamingHttpResponse
+from django.urls import reverse
+from ninja import NinjaAPI, Query, Schema
+from ninja.errors import HttpError, ValidationError
+from ninja.security import HttpBearer
+
+from attempts.api.errors import ERRORS, Error
+from attempts.api.pools import router as pools_router
+from attempts.api.tokens import callback_key, token_user
+from attempts.core.errors import TaskInvalid
+from attempts.exports.bundle import check_record
+from attempts.models import DONE_STATUSES, Attempt, CheckResult, Task
+from attempts.services import attempts as services
+from attempts.services import sandboxes
+from attempts.services.callbacks import attempt_payload
+from attempts.services.sandboxes import ApiError, sandbox_for
+from attempts.taskio.from_image import has_check
+from attempts.web.diffview import split_files
+
+
+class TokenAuth(HttpBearer):
+    def authenticate(self, request, token):
+        user = token_user(token)
+        if user is not None:
+            request.user = user
+            request.callback_key = callback_key(token)
+        return user
+
+
+api = NinjaAPI(
+    title="Boltz",
+    version="1",
+    description="Sandboxes for AI-agent attempts at coding tasks. See docs/API.md.",
+    auth=TokenAuth(),
+    urls_namespace="api",
+)
+api.add_router("/pools", pools_router)
+api.add_router("/evaluations", "attempts.api.evaluations.router")
+
+
+@api.exception_handler(ApiError)
+def api_error(request, exc: ApiError):
+    response = api.create_response(
+        request, {"detail": exc.detail, "code": exc.code}, status=exc.status
+    )
+    if exc.retry_after is not None:
+        response["Retry-After"] = str(exc.retry_after)
+    return response
+
+
+@api.exception_handler(ValidationError)
+def invalid_input(request, exc: ValidationError):
+    where = "; ".join(
+        f"{'.'.join(str(p) for p in e.get('loc', ())[1:]) or 'body'}: {e.get('msg', 'invalid')}"
+        for e in exc.errors[:10]
+    )
+    return api.create_response(request, {"detail": where, "code": "invalid"}, status=422)
+
+
+HTTP_CODES = {400: "invalid", 401: "unauthorized", 403: "forbidden", 404: "not_found"}
+
+
+@api.exception_handler(HttpError)
+def http_error(request, exc: HttpError):
+    """Ninja's own answers (a body it cannot parse, no token) in the same shape as ours."""
+    code = HTTP_CODES.get(exc.status_code, "invalid")
+    detail = str(exc)
+    if exc.status_code == 401:
+        detail = "no valid API token: send Authorization: Bearer <token> (manage.py create_token)"
+    return api.create_response(request, {"detail": detail, "code": code}, status=exc.status_code)
+
+
+@api.exception_handler(Http404)
+def not_found(request, exc: Http404):
+    return api.create_response(request, {"detail": "not found", "code": "not_found"}, status=404)
+
+
+@api.exception_handler(TaskInvalid)
+def task_invalid(request, exc: TaskInvalid):
+    return api.create_response(
+        request, {"detail": f"{exc.field}: {exc.message}", "code": "invalid"}, status=400
+    )
+
+
+# --- schemas ------------------------------------------------------------------------------------
+class TaskOut(Schema):
+    slug: str
+    title: str
+    instruction: str
+    image: str
+    check_mode: str
+
+
+class SandboxIn(Schema):
+    task: str = ""
+    image: str = ""
+    labels: dict[str, str] = {}
+    agent: str = ""
+    ttl: float | None = None
+    idle_timeout: float | None = None
+    wait: float = 60.0
+
+
+class TestOut(Schema):
+    name: str
+    outcome: str
+    message: str = ""
+
+
+class CheckOut(Schema):
+    id: int
+    passed: bool
+    score: float | None
+    source: str
+    mode: str
+    summary: str
+    problem: str
+    verifier_error: bool = False
+    reward: dict | None = None
+    exit_code: int | None
+    timed_out: bool
+    duration: float
+    output: str
+    tests: list[TestOut]
+
+
+class SandboxOut(Schema):
+    id: int
+    attempt: int
+    task: str
+    number: int
+    name: str
+    status: str
+    state: str
+    outcome: str
+    score: float | None
+    labels: dict[str, str]
+    agent: str
+    host: str
+    cwd: str = "/workspace"
+    created_at: datetime
+    expires_at: datetime | None
+    url: str
+    check: CheckOut | None = None
+
+
+class ExecIn(Schema):
+    command: str | list[str]
+    cwd: str = "."
+    env: dict[str, str] = {}
+    timeout: float | None = None
+    stdin: str | None = None
+    stdin_base64: str | None = None
+    user: str | None = None
+    max_output: int | None = None
+    stream: bool = False
+
+
+class ExecOut(Schema):
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    stdout_bytes: int
+    stderr_bytes: int
+    stdout_utf8: bool
+    stderr_utf8: bool
+    truncated: bool
+    timed_out: bool
+    duration: float
+    stdout_raw: str
+    stderr_raw: str
+
+
+class FileEntry(Schema):
+    name: str
+    path: str
+    type: str
+    size: int
+    mode: str
+
+
+class Written(Schema):
+    path: str
+    bytes: int = 0
+    files: int = 0
+
+
+class DiffFileOut(Schema):
+    path: str
+    old_path: str
+    status: str
+    added: int
+    removed: int
+
+
+class DiffOut(Schema):
+    patch: str
+    truncated: bool
+    bytes: int
+    files: list[DiffFileOut]
+
+
+class MessageIn(Schema):
+    role: str = "assistant"
+    content: str
+
+
+class CloseIn(Schema):
+    check: bool = False
+
+
+class AttemptsIn(Schema):
+    agent: str
+    command: str = ""
+    n: int = 1
+    callback_url: str = ""
+
+
+class AttemptOut(Schema):
+    id: int
+    task: str
+    number: int
+    name: str
+    agent: str
+    status: str
+    outcome: str
+    score: float | None
+    failure_reason: str
+    tests: list[TestOut]
+    url: str
+
+
+class WaitIn(Schema):
+    ids: list[int]
+    timeout: float = 600.0
+
+
+# --- presenting ---------------------------------------------------------------------------------
+def _url(request, attempt: Attempt) -> str:
+    return request.build_absolute_uri(reverse("attempts:attempt", args=[attempt.pk]))
+
+
+def check_out(check: CheckResult) -> dict:
+    return check_record(check)
+
+
+def sandbox_out(request, attempt: Attempt, check: CheckResult | None = None) -> dict:
+    return {
+        "id": attempt.pk,
+        "attempt": attempt.pk,
+        "task": attempt.task.slug,
+        "number": attempt.number,
+        "name": attempt.name,
+        "status": attempt.status,
+        "state": sandboxes.sandbox_state(attempt),
+        "outcome": attempt.outcome,
+        "score": attempt.score,
+        "labels": attempt.labels,
+        "agent": attempt.agent,
+        "host": attempt.host,
+        "cwd": attempt.task.workdir or "/workspace",
+        "created_at": attempt.created_at,
+        "expires_at": attempt.expires_at,
+        "url": _url(request, attempt),
+        "check": check_out(check) if check else None,
+    }
+
+
+def attempt_out(request, attempt: Attempt) -> dict:
+    return attempt_payload(attempt, base_url=request.build_absolute_uri("/").rstrip("/"))
+
+
+# --- tasks and attempts ---------------------------------------------------------------------------
+@api.get("/tasks", response=list[TaskOut], tags=["tasks"])
+def list_tasks(request):
+    return [
+        {
+            "slug": t.slug,
+            "title": t.title,
+            "instruction": t.instruction,
+            "image": t.image_name,
+            "check_mode": t.check_mode,
+        }
+        for t in Task.objects.all()
+    ]
+
+
+@api.post("/tasks/{slug}/attempts", response={201: list[AttemptOut], **ERRORS}, tags=["attempts"])
+def start_attempts(request, slug: str, body: AttemptsIn):
+    task = Task.objects.filter(slug=slug).first()
+    if task is None:
+        raise ApiError(404, "not_found", f"no task {slug!r}")
+    if not 1 <= body.n <= 100:
+        raise ApiError(400, "invalid", "n: start between 1 and 100 attempts at once")
+    url = body.callback_url.strip()
+    if url and (not url.startswith(("http://", "https://")) or len(url) > 1000):
+        raise ApiError(400, "invalid", "callback_url: give an http:// or https:// URL")
+    with transaction.atomic():  # enqueued once owner and callback are in place
+        made = services.attempts_create(
+            task=task, agent=body.agent, command=body.command, count=body.n
+        )
+        Attempt.objects.filter(pk__in=[a.pk for a in made]).update(
+            owner=request.user,
+            callback_url=url,
+            callback_key=request.callback_key if url else "",
+        )
+    return 201, [attempt_out(request, a) for a in made]
+
+
+@api.post("/attempts/wait", response={200: list[AttemptOut], **ERRORS}, tags=["attempts"])
+def wait_attempts(request, body: WaitIn):
+    if not 0 < body.timeout <= 3600:
+        raise ApiError(400, "invalid", "timeout: give seconds up to an hour")
+    if not body.ids or len(body.ids) > 1000 or not all(0 < i < 2**63 for i in body.ids):
+        raise ApiError(400, "invalid", "ids: give 1 to 1000 attempt ids")
+    visible = sandboxes.visible_attempts(request.user).filter(pk__in=body.ids)
+    if visible.count() != len(set(body.ids)):
+        raise ApiError(404, "not_found", "some of those attempts do not exist (or are not yours)")
+    deadline = time.monotonic() + body.timeout
+    while visible.exclude(status__in=DONE_STATUSES).exists():
+        if time.monotonic() > deadline:
+            raise ApiError(504, "timeout", f"not every attempt ended within {body.timeout:g}s")
+        time.sleep(0.2)
+    return [attempt_out(request, a) for a in visible.order_by("pk")]
+
+
+@api.get("/attempts/{attempt_id}", response={200: AttemptOut, **ERRORS}, tags=["attempts"])
+def get_attempt(request, attempt_id: int):
+    found = sandboxes.visible_attempts(request.user).filter(pk=attempt_id).first()
+    if found is None:
+        raise ApiError(404, "not_found", f"no attempt {attempt_id}")
+    return attempt_out(request, found)
+
+
+# --- sandboxes ----------------------------------------------------------------------------------
+@api.post("/sandboxes", response={201: SandboxOut, 429: Error, **ERRORS}, tags=["sandboxes"])
+def create_sandbox(request, body: SandboxIn):
+    attempt = sandboxes.sandbox_create(
+        user=request.user,
+        task=body.task,
+        image=body.image,
+        labels=body.labels,
+        agent=body.agent,
+        ttl=body.ttl,
+        idle_timeout=body.idle_timeout,
+        wait=body.wait,
+    )
+    return 201, sandbox_out(request, attempt)
+
+
+LABELS = Query([], description="k=v; give several to match every one")
+
+
+@api.get("/sandboxes", response=list[SandboxOut], tags=["sandboxes"])
+def list_sandboxes(
+    request,
+    task: str = "",
+    label: list[str] = LABELS,
+    status: str = "",
+):
+    """Sandboxes, filtered by task, by labels (`label=k=v`, every one must match) and by
+    status or state."""
+    found = sandboxes.visible_attempts(request.user).filter(origin="api").order_by("pk")
+    if task:
+        found = found.filter(task__slug=task)
+    for pair in label:
+        key, _, value = pair.partition("=")
+        found = found.filter(**{f"labels__{key}": value}) if key.isidentifier() else found.none()
+    rows = [sandbox_out(request, a) for a in found[:1000]]
+    return [r for r in rows if not status or r["state"] == status or r["status"] == status]
+
+
+@api.get("/sandboxes/{sandbox_id}", response={200: SandboxOut, **ERRORS}, tags=["sandboxes"])
+def get_sandbox(request, sandbox_id: int):
+    return sandbox_out(request, sandbox_for(request.user, sandbox_id))
+
+
+@api.post("/sandboxes/{sandbox_id}/exec", response={200: ExecOut, **ERRORS}, tags=["sandboxes"])
+def exec_command(request, sandbox_id: int, body: ExecIn):
+    attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
+    stdin = sandboxes.exec_stdin(body.stdin, body.stdin_base64)
+    answer = sandboxes.sandbox_exec(
+        attempt,
+        command=body.command,
+        cwd=body.cwd,
+        env=body.env,
+        timeout=body.timeout,
+        stdin=stdin,
+        user=body.user,
+        stream=body.stream,
+        max_output=body.max_output,
+    )
+    if body.stream:
+
+        def lines():
+            for item in answer:
+                if "result" in item:
+                    item = {"result": _exec_out(request, attempt, item["result"])}
+                yield json.dumps(item).encode() + b"\n"
+
+        return StreamingHttpResponse(lines(), content_type="application/x-ndjson")
+    return _exec_out(request, attempt, answer)
+
+
+def _exec_out(request, attempt: Attempt, answer: dict) -> dict:
+    raw = answer.pop("raw", {})
+    for stream in ("stdout", "stderr"):
+        name = raw.get(stream, "")
+        answer[f"{stream}_raw"] = (
+            request.build_absolute_uri(
+                reverse("attempts:raw-output", args=[attempt.pk, name.rsplit("/", 1)[-1]])
+            )
+            if name
+            else ""
+        )
+    return answer
+
+
+@api.get("/sandboxes/{sandbox_id}/files", response={200: None, **ERRORS}, tags=["files"])
+def read_file(request, sandbox_id: int, path: str, max_bytes: int | None = None):
+    attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
+    args = {"path": sandboxes.workspace_path(path)}
+    if max_bytes is not None:
+        if max_bytes < 0:
+            raise ApiError(400, "invalid", "max_bytes: give a number of bytes (0 or more)")
+        args["max_bytes"] = max_bytes
+    answer = sandboxes.operate(attempt, "read", args, timeout=180)
+    return HttpResponse(base64.b64decode(answer["data"]), content_type="application/octet-stream")
+
+
+@api.put("/sandboxes/{sandbox_id}/files", response={200: Written, **ERRORS}, tags=["files"])
+def write_file(request, sandbox_id: int, path: str, mode: str = "644"):
+    attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
+    try:
+        bits = int(mode, 8)
+    except ValueError:
+        raise ApiError(400, "invalid", "mode: give octal permissions such as 644") from None
+    if not 0 <= bits <= 0o777:
+        raise ApiError(400, "invalid", "mode: give octal permissions such as 644")
+    data = _body(request)
+    args = {
+        "path": sandboxes.workspace_path(path),
+        "data": base64.b64encode(data).decode(),
+        "mode": bits,
+    }
+    return sandboxes.operate(attempt, "write", args, timeout=180)
+
+
+@api.get(
+    "/sandboxes/{sandbox_id}/files/list", response={200: list[FileEntry], **ERRORS}, tags=["files"]
+)
+def list_files(request, sandbox_id: int, path: str = "."):
+    attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
+    args = {"path": sandboxes.workspace_path(path)}
+    return sandboxes.operate(attempt, "list", args, timeout=180)["entries"]
+
+
+@api.delete("/sandboxes/{sandbox_id}/files", response={204: None, **ERRORS}, tags=["files"])
+def delete_file(request, sandbox_id: int, path: str):
+    attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
+    sandboxes.operate(attempt, "delete", {"path": sandboxes.workspace_path(path)}, timeout=180)
+    return 204, None
+
+
+@api.get("/sandboxes/{sandbox_id}/archive", response={200: None, **ERRORS}, tags=["files"])
+def download_archive(request, sandbox_id: int, path: str = "."):
+    attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
+    args = {"path": sandboxes.workspace_path(path)}
+    answer = sandboxes.operate(attempt, "download", args, timeout=300)
+    return HttpResponse(base64.b64decode(answer["data"]), content_type="application/x-tar")
+
+
+@api.put("/sandboxes/{sandbox_id}/archive", response={200: Written, **ERRORS}, tags=["files"])
+def upload_archive(request, sandbox_id: int, path: str = "."):
+    attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
+    args = {
+        "path": sandboxes.workspace_path(path),
+        "data": base64.b64encode(_body(request)).decode(),
+    }
+    return sandboxes.operate(attempt, "upload", args, timeout=300)
+
+
+@api.post("/sandboxes/{sandbox_id}/check", response={200: CheckOut, **ERRORS}, tags=["sandboxes"])
+def check_sandbox(request, sandbox_id: int):
+    attempt = sandbox_for(request.user, sandbox_id)
+    timeout = 2 * attempt.task.setup_timeout + attempt.task.check_timeout + 120
+    if not has_check(attempt.task):
+        raise ApiError(
+            409,
+            "no_check",
+            f"sandbox {attempt.pk} was started from an image, without a task: it has no check",
+        )
+    answer = sandboxes.operate(attempt, "check", {}, timeout=timeout)
+    return check_out(CheckResult.objects.get(pk=answer["check"]))
+
+
+@api.get("/sandboxes/{sandbox_id}/diff", response={200: DiffOut, **ERRORS}, tags=["sandboxes"])
+def diff_sandbox(request, sandbox_id: int):
+    attempt = sandbox_for(request.user, sandbox_id)
+    if sandboxes.sandbox_state(attempt) != "live":  # closed: the changes as recorded
+        answer = {
+            "patch": attempt.diff,
+            "truncated": attempt.diff_truncated,
+            "bytes": attempt.diff_bytes,
+        }
+    else:
+        answer = sandboxes.operate(attempt, "diff", {}, timeout=600)
+    answer["files"] = [
+        {
+            "path": f.path,
+            "old_path": f.old_path,
+            "status": f.status,
+            "added": f.added,
+            "removed": f.removed,
+        }
+        for f in _diff_files(answer["patch"])
+    ]
+    return answer
+
+
+def _diff_files(patch: str):
+    try:
+        return split_files(patch)
+    except Exception:  # noqa: BLE001 - a patch cut at the page's cap: the stats are partial
+        return []
+
+
+@api.post("/sandboxes/{sandbox_id}/messages", response={201: None, **ERRORS}, tags=["sandboxes"])
+def add_message(request, sandbox_id: int, body: MessageIn):
+    attempt = sandbox_for(request.user, sandbox_id)
+    sandboxes.sandbox_message(attempt, role=body.role, content=body.content)
+    return 201, None
+
+
+@api.post("/sandboxes/{sandbox_id}/close", response={200: SandboxOut, **ERRORS}, tags=["sandboxes"])
+def close_sandbox(request, sandbox_id: int, body: CloseIn):
+    attempt = sandbox_for(request.user, sandbox_id)
+    before = attempt.checks.order_by("-pk").values_list("pk", flat=True).first()
+    closed = sandboxes.sandbox_close(attempt, check=body.check)
+    last = closed.checks.order_by("-pk").first()
+    return sandbox_out(request, closed, last if last and last.pk != before else None)
+
+
+@api.delete("/sandboxes/{sandbox_id}", response={204: None, **ERRORS}, tags=["sandboxes"])
+def delete_sandbox(request, sandbox_id: int):
+    attempt = sandbox_for(request.user, sandbox_id)
+    sandboxes.sandbox_delete(attempt, by=request.user.get_username())
+    return 204, None
+
+
+def _body(request) -> bytes:
+    from django.conf import settings
+
+    size = int(request.headers.get("Content-Length") or 0)
+    if size > settings.BOLTZ_MAX_FILE_BYTES:
+        raise ApiError(
+            413,
+            "too_large",
+            f"larger than {settings.BOLTZ_MAX_FILE_BYTES} bytes (BOLTZ_MAX_FILE_BYTES)",
+        )
+    return request.body

@@ -1,0 +1,137 @@
+"""Celery tasks: thin. Each takes ids and calls one function; queueing.py names them."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from celery import shared_task
+from celery.signals import worker_ready, worker_shutting_down
+from django.conf import settings
+
+from attempts.core.errors import DockerUnavailable
+from attempts.dispatch import calls as opcalls
+from attempts.dispatch import queue as queueing
+from attempts.dispatch.hosts import known_hosts
+from attempts.models import Attempt, SandboxState
+from attempts.run import director as runner
+from attempts.run import reaper
+from attempts.run.docker import runtime
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(name=queueing.RUN_ATTEMPT, bind=True, acks_late=True, max_retries=None)
+def run_attempt_task(self, attempt_id: int) -> None:
+    """Run one attempt on this worker's Docker host. Only a Docker-daemon fault is retried."""
+    try:
+        runtime.ping()
+    except DockerUnavailable as exc:
+        if self.request.retries < settings.BOLTZ_DOCKER_RETRIES:
+            log.warning("Docker unavailable for attempt %s, retrying: %s", attempt_id, exc.reason)
+            raise self.retry(countdown=settings.BOLTZ_DOCKER_RETRY_DELAY, exc=exc) from exc
+        runner.mark_infra_error(
+            attempt_id,
+            f"start: Docker daemon unreachable on host {settings.BOLTZ_HOST} after "
+            f"{self.request.retries + 1} tries: {exc.reason}",
+        )
+        return
+    runner.run_attempt(attempt_id, host=settings.BOLTZ_HOST)
+
+
+@shared_task(name=queueing.REMOVE_SANDBOX, acks_late=True)
+def remove_sandbox_task(attempt_id: int) -> None:
+    """On the owning host: remove an attempt's containers and record the sandbox as deleted."""
+    runtime.remove_attempt_containers(attempt_id)
+    Attempt.objects.filter(pk=attempt_id).update(sandbox_state=SandboxState.DELETED)
+
+
+@shared_task(name=queueing.APPLY_RETENTION)
+def apply_retention_task() -> dict:
+    """Periodic (Celery beat): retention, then the reaper on every known host."""
+    result = reaper.apply_retention()
+    for host in known_hosts():
+        queueing.enqueue_reap(host)
+    return result
+
+
+@shared_task(name=queueing.REAP_HOST)
+def reap_host_task(host: str) -> dict:
+    return reaper.reap_host(host)
+
+
+@worker_ready.connect
+def on_worker_ready(sender=None, **kwargs) -> None:
+    """A (re)started worker reaps what a lost predecessor left; the reap also registers the
+    host (its capacity and images)."""
+    queueing.enqueue_reap(settings.BOLTZ_HOST)
+
+
+@shared_task(name=queueing.RECHECK, acks_late=True)
+def recheck_task(attempt_id: int, requested_by: str) -> None:
+    """On the owning host: check the attempt's recorded changes again."""
+    runner.recheck(attempt_id, by=requested_by)
+
+
+@shared_task(name=queueing.HOLD_SANDBOX, acks_late=True)
+def hold_sandbox_task(attempt_id: int) -> None:
+    """Open an API sandbox on this host and hold it (one of the host's slots) until closed."""
+    from attempts.run.operations import hold_sandbox
+
+    hold_sandbox(attempt_id, host=settings.BOLTZ_HOST)
+
+
+HEARTBEAT_SECONDS = 2
+
+
+def _heartbeat() -> None:
+    """Say the host is alive, and watch its attempts' workers: one that went silent is lost."""
+    from attempts.dispatch.hosts import register_host
+
+    beats = 0
+    while True:
+        try:
+            register_host(settings.BOLTZ_HOST, settings.BOLTZ_MAX_SANDBOXES, images=False)
+            if beats % 3 == 0:
+                reaper.reap_silent(settings.BOLTZ_HOST)
+        except Exception:  # noqa: BLE001 - a missed beat is retried; it must never stop
+            log.exception("heartbeat of host %s failed", settings.BOLTZ_HOST)
+        beats += 1
+        time.sleep(HEARTBEAT_SECONDS)
+
+
+_opcalls: opcalls.Server | None = None
+
+
+@worker_ready.connect
+def start_operations(sender=None, **kwargs) -> None:
+    """The operations worker serves the API's calls on this host's live sandboxes (threads of
+    its own, beside Celery's) and says every few seconds that its host is alive: an API call on
+    a sandbox whose host went quiet fails at once instead of waiting."""
+    global _opcalls
+    if sender is not None and str(getattr(sender, "hostname", "")).startswith("ops-"):
+        from attempts.run.operations import run_operation
+
+        _opcalls = opcalls.Server(
+            settings.BOLTZ_HOST, run_operation, settings.BOLTZ_OPS_CONCURRENCY
+        ).start()
+        threading.Thread(target=_heartbeat, name="boltz-heartbeat", daemon=True).start()
+
+
+@worker_shutting_down.connect
+def stop_operations(sender=None, **kwargs) -> None:
+    """A warm shutdown lets the calls being done finish (30 s at most)."""
+    if _opcalls is not None:
+        _opcalls.stop()
+
+
+@shared_task(name=queueing.DELIVER_CALLBACK)
+def deliver_callback_task(attempt_id: int, try_number: int) -> None:
+    """One delivery of a callback; a failed one is sent again later (1, 2, 4, 8 s ... apart)."""
+    from attempts.services.callbacks import deliver
+
+    if not deliver(attempt_id, try_number):
+        queueing.enqueue_callback(
+            attempt_id, try_number=try_number + 1, delay=2 ** (try_number - 1)
+        )

@@ -1,0 +1,550 @@
+"""The attempt director: one attempt's stages, each a few lines over its sandbox session.
+
+claim -> start (container, repository, setup) -> work (the agent) -> end (every process of the
+agent's) -> record (its changes, read out of the stopped sandbox and diffed on the worker) ->
+check (checking.py) -> keep the sandbox for review.
+Infrastructure faults end the attempt as `infra_error` with the reason; they are never the
+agent's failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from attempts.core import agents, redaction, stage_env
+from attempts.core.errors import (
+    NETWORK_TASKS_OFF,
+    AttemptGone,
+    AttemptStopped,
+    InfrastructureError,
+    SandboxGone,
+    TaskInvalid,
+)
+from attempts.core.storage import delete_tree
+from attempts.core.timeline import Timeline
+from attempts.dispatch.deadlines import attempt_budget
+from attempts.models import (
+    DONE_STATUSES,
+    Actor,
+    Attempt,
+    CheckResult,
+    Event,
+    EventKind,
+    Outcome,
+    SandboxState,
+    Status,
+)
+from attempts.run import diagnosis, harbor_layout
+from attempts.run.changes import ChangesUnavailable
+from attempts.run.check import Check, memory_text
+from attempts.run.docker.runtime import (
+    Sandbox,
+    SandboxSpec,
+    image_exists,
+    remove_attempt_containers,
+)
+from attempts.run.heartbeat import beating
+from attempts.run.session import CommandRun, SandboxSession, files_tar, update_attempt
+from attempts.run.trees import AttemptTrees
+from attempts.services.callbacks import attempt_ended
+from attempts.taskio import images as task_images
+
+log = logging.getLogger(__name__)
+
+BOLTZ_DIR = "/tmp/boltz"
+
+
+NETWORK_REFUSED = f"the task needs network, and {NETWORK_TASKS_OFF}"
+
+
+def sandbox_spec(attempt: Attempt, role: str) -> SandboxSpec:
+    """The container of an attempt: its own (role "agent") or its check's (role "check")."""
+    task = attempt.task
+    if task.network and not settings.BOLTZ_ALLOW_NETWORK_TASKS:
+        raise TaskInvalid("network", NETWORK_REFUSED)
+    return SandboxSpec(
+        attempt_id=attempt.pk,
+        image=task.image_name,
+        cpus=task.cpus,
+        memory_bytes=task.memory_bytes,
+        pids_limit=task.pids_limit,
+        network=task.network,
+        environment={
+            **stage_env.resolve(task.stage_env, "environment"),
+            "BOLTZ_ATTEMPT": str(attempt.pk),
+            "BOLTZ_TASK": task.slug,
+        },
+        role=role,
+        workdir=task.workdir or "/workspace",
+        root_allowed=task.allow_root,
+    )
+
+
+@contextlib.contextmanager
+def scratch_folder(attempt: Attempt):
+    """A folder on the worker for one run's files (the agent's tree, patches, archives)."""
+    settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=f"attempt-{attempt.pk}-", dir=settings.DATA_DIR))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class AttemptRunner:
+    def __init__(self, attempt: Attempt, *, rechecking: bool = False):
+        self.attempt = attempt
+        self.task = attempt.task
+        self.timeline = Timeline(attempt.pk)
+        self.session: SandboxSession | None = None
+        self.trees: AttemptTrees | None = None
+        self.timings: dict[str, float] = {}
+        self.rechecking = rechecking
+        self.agent_oom = ""  # why the agent's step was cut short for memory, if it was
+        self.agent_cause = ""  # an environment problem the agent's failing step ran into
+
+    # --- bookkeeping -------------------------------------------------------------------------
+    def _stop_if_asked(self) -> None:
+        """Between steps and while commands run: has a reviewer cancelled this attempt, or
+        deleted its sandbox, meanwhile?"""
+        row = (
+            Attempt.objects.filter(pk=self.attempt.pk)
+            .values(
+                "sandbox_deleted_at",
+                "sandbox_deleted_by",
+                "cancel_requested_by",
+                "cancel_requested_at",
+            )
+            .first()
+        )
+        if row is None:
+            raise AttemptGone(f"attempt {self.attempt.pk} was deleted")
+        if self.rechecking:
+            return
+        if row["cancel_requested_at"]:
+            raise AttemptStopped(f"cancelled by {row['cancel_requested_by']}")
+        if row["sandbox_deleted_at"]:
+            raise AttemptStopped(
+                f"its sandbox was deleted by {row['sandbox_deleted_by']} while the attempt ran"
+            )
+
+    def _status(self, status: str, message: str) -> None:
+        self._stop_if_asked()
+        update_attempt(self.attempt, status=status)
+        self.timeline.add(EventKind.LIFECYCLE, status=status, message=message)
+
+    def open_session(self, sandbox: Sandbox) -> SandboxSession:
+        self.session = SandboxSession(
+            self.attempt,
+            sandbox,
+            should_stop=self._stop_if_asked,
+            secrets=redaction.secrets_of(self.attempt),  # never kept in any command's output
+        )
+        return self.session
+
+    # --- stages ------------------------------------------------------------------------------
+    def build_image(self) -> None:
+        """The task's image, built from its Dockerfile when this host has none yet; the
+        build's latest line shows on the attempt's page while it runs."""
+        task = self.task
+        if not task.build_context or image_exists(task.image_name):
+            return
+        progress = self.timeline.add(
+            EventKind.LIFECYCLE,
+            status=Status.STARTING,
+            message=f"building the task's image {task.image_name} from its Dockerfile on "
+            f"{settings.BOLTZ_HOST} (its first use on this host)",
+        )
+        clock = {"at": 0.0}
+
+        def on_line(line: str) -> None:  # the progress line: at most twice a second
+            if time.monotonic() - clock["at"] >= 0.5:
+                clock["at"] = time.monotonic()
+                Event.objects.filter(pk=progress.pk).update(
+                    data={**progress.data, "progress": line[:300]}
+                )
+
+        built = task_images.ensure_task_image(task, progress=on_line)
+        Event.objects.filter(pk=progress.pk).update(data=progress.data)
+        self.timeline.add(
+            EventKind.LIFECYCLE,
+            status=Status.STARTING,
+            message=f"built the task's image {task.image_name} from its Dockerfile on "
+            f"{settings.BOLTZ_HOST} (the build log is on the task's page)"
+            if built
+            else f"the task's image {task.image_name} was built meanwhile by another attempt "
+            "on this host",
+        )
+
+    def start(self) -> None:
+        task = self.task
+        spec = sandbox_spec(self.attempt, "agent")
+        self.build_image()
+        self.timeline.add(
+            EventKind.LIFECYCLE,
+            status=Status.STARTING,
+            host=settings.BOLTZ_HOST,
+            message=f"creating a sandbox from {task.image_name}",
+        )
+        session = self.open_session(Sandbox.create(spec))
+        update_attempt(
+            self.attempt,
+            container_id=session.sandbox.id,
+            sandbox_state=SandboxState.LIVE,
+            image=task.image_name,
+            base_commit=task.base_commit,
+        )
+        self._stop_if_asked()
+        if task.layout == "harbor":  # the image holds the working folder's files
+            harbor_layout.prepare(session)
+            message = (
+                f"sandbox started from {task.image_name}: the agent works in {session.workdir} "
+                f"as {task.agent_user or 'the sandbox user'}, with /logs; the tests arrive at "
+                "/tests only for the check"
+            )
+        else:
+            archive = self.trees.workspace_archive()
+            with archive.open("rb") as handle:
+                session.put_archive(handle)
+            message = (
+                f"sandbox started with {task.repo_url} at {task.base_commit[:12]} in "
+                f"/workspace ({archive.stat().st_size} bytes; history up to the base only)"
+            )
+        session.start()
+        self.timeline.add(
+            EventKind.LIFECYCLE,
+            status=Status.STARTING,
+            container=session.sandbox.id[:12],
+            message=message,
+        )
+        if task.setup_command.strip():
+            run = session.exec("setup", task.setup_command, timeout=task.setup_timeout)
+            if run.result.timed_out or run.result.exit_code != 0:
+                why = "timed out" if run.result.timed_out else f"exited {run.result.exit_code}"
+                raise InfrastructureError(f"the task's setup command {why}")
+
+    def work(self) -> CommandRun | None:
+        session, task = self.session, self.task
+        plan = agents.plan_for(self.attempt)
+        self._status(Status.RUNNING, f"agent {plan.description}")
+        if plan.files:
+            files = {f"{agents.AGENT_DIR}/{name}": data for name, data in plan.files.items()}
+            session.put_files(files, mode=0o755, actor=Actor.AGENT, action="upload")
+        if plan.archive:
+            session.put_archive(plan.archive)
+        session.put_archive(
+            files_tar({f"{BOLTZ_DIR[1:]}/instruction.md": task.instruction.encode()})
+        )
+        if plan.command is None:
+            return None
+        ooms = session.oom_kills()
+        user = plan.user or task.agent_user
+        try:
+            run = session.exec(
+                "agent",
+                plan.command,
+                timeout=task.agent_timeout,
+                actor=Actor.AGENT,
+                environment={
+                    **(self.attempt.agent_env or {}),
+                    **plan.environment,
+                    "BOLTZ_INSTRUCTION": task.instruction,
+                    "BOLTZ_AGENT_DIR": agents.AGENT_DIR,
+                },
+                user=session.run_as(user),
+                user_name=user,
+            )
+        except SandboxGone:
+            # The sandbox stopped under the agent. Its init is out of the agent's reach, so
+            # only memory can do that from inside; anything else came from outside.
+            if not session.stopped_by_oom():
+                raise
+            self._note_oom("the sandbox was killed during the agent's step")
+            return None
+        after = session.oom_kills()
+        if ooms is not None and after is not None and after > ooms:
+            self._note_oom("a process of the agent's was killed")
+        if run.result.exit_code not in (0, None) and not run.result.timed_out:
+            who = "the reference solution" if plan.stage == "solution" else "the agent"
+            self.agent_cause = diagnosis.explain(who, run.text())
+            if self.agent_cause:
+                self.timeline.add(EventKind.ERROR, actor=Actor.AGENT, message=self.agent_cause)
+        return run
+
+    def _note_oom(self, what: str) -> None:
+        self.agent_oom = f"{what}: out of memory ({memory_text(self.task.memory_bytes)} limit)"
+        self.timeline.add(EventKind.ERROR, actor=Actor.AGENT, message=self.agent_oom)
+
+    def end_agent(self) -> None:
+        """End every process of the agent's before anything of its work is read."""
+        self._status(
+            Status.CHECKING, "ending every process of the agent's, then recording its changes"
+        )
+        self.session.halt()
+
+    def check(self, *, requested_by: str = "") -> CheckResult:
+        spec = lambda role: sandbox_spec(self.attempt, role)  # noqa: E731
+        return Check(self.session, self.trees, spec=spec, requested_by=requested_by).run()
+
+    def keep_sandbox(self) -> None:
+        if self.session is None:
+            return
+        row = Attempt.objects.filter(pk=self.attempt.pk).values("sandbox_deleted_at").first()
+        if row is None or row["sandbox_deleted_at"]:
+            self.session.remove()
+            if row is not None:
+                update_attempt(self.attempt, sandbox_state=SandboxState.DELETED)
+            return
+        try:
+            self.session.stop()
+            update_attempt(self.attempt, sandbox_state=SandboxState.STOPPED)
+            self.timeline.add(EventKind.LIFECYCLE, message="sandbox stopped and kept for review")
+        except SandboxGone:
+            update_attempt(self.attempt, sandbox_state=SandboxState.DELETED)
+        except InfrastructureError as exc:
+            self.timeline.add(EventKind.ERROR, message=f"could not stop the sandbox: {exc.reason}")
+
+    # --- the whole attempt ----------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            with beating(self.attempt.pk), scratch_folder(self.attempt) as scratch:
+                self.trees = AttemptTrees(self.attempt, scratch)
+                self._run()
+        except AttemptGone:
+            self.cleanup_deleted()
+        except Exception as exc:
+            # Even the bookkeeping failed: never leave the attempt looking alive.
+            log.exception("attempt %s could not be finished normally", self.attempt.pk)
+            Attempt.objects.filter(pk=self.attempt.pk).exclude(status__in=DONE_STATUSES).update(
+                status=Status.FINISHED,
+                outcome=Outcome.INFRA_ERROR,
+                finished_at=timezone.now(),
+                failure_reason=f"internal error in Boltz while finishing: {exc!r}",
+            )
+            raise
+
+    def cleanup_deleted(self) -> None:
+        log.info("attempt %s was deleted while it ran; cleaning up", self.attempt.pk)
+        with contextlib.suppress(InfrastructureError):
+            remove_attempt_containers(self.attempt.pk)
+        delete_tree(f"attempts/{self.attempt.pk}/")
+
+    def _run(self) -> None:
+        began = time.monotonic()
+        outcome, reason, score = Outcome.INFRA_ERROR, "", None
+        stage = "start"
+        try:
+            mark = time.monotonic()
+            self.start()
+            self.timings["start"] = round(time.monotonic() - mark, 3)
+            stage, mark = "work", time.monotonic()
+            agent = self.work()
+            self.timings["work"] = round(time.monotonic() - mark, 3)
+            stage, mark = "record", time.monotonic()
+            self.end_agent()
+            self.trees.record(self.session)
+            self.timings["record"] = round(time.monotonic() - mark, 3)
+            stage, mark = "check", time.monotonic()
+            result = self.check()
+            self.timings["check"] = round(time.monotonic() - mark, 3)
+            score = result.score
+            outcome, reason = self._verdict(agent, result)
+        except ChangesUnavailable as exc:
+            # Something the agent left cannot be recorded: never "no changes", never a pass.
+            outcome, score = Outcome.FAILED, 0.0
+            reason = f"changes unavailable: {exc.reason}"
+            with contextlib.suppress(AttemptGone):
+                update_attempt(self.attempt, changes_state="unavailable", changes_error=exc.reason)
+            self.timeline.add(EventKind.ERROR, message=reason)
+        except AttemptStopped as exc:
+            outcome, reason = Outcome.CANCELLED, exc.reason
+        except InfrastructureError as exc:
+            reason = f"{stage}: {exc.reason}"
+            stopped = self._stopped_reason()
+            if stopped:  # the container vanished because a reviewer deleted it
+                outcome, reason = Outcome.CANCELLED, stopped
+        except TaskInvalid as exc:
+            reason = f"{stage}: task cannot run: {exc}"
+        except SoftTimeLimitExceeded:
+            reason = f"{stage}: the worker's time limit for this attempt ran out"
+        except AttemptGone:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bug in Boltz is never the agent's failure
+            log.exception("attempt %s crashed in %s", self.attempt.pk, stage)
+            reason = f"{stage}: internal error in Boltz: {exc!r}"
+        finally:
+            self.keep_sandbox()
+        self.timings["total"] = round(time.monotonic() - began, 3)
+        self.finish(outcome, reason, score)
+
+    def finish(self, outcome: str, reason: str, score: float | None) -> None:
+        """The attempt's final status, outcome and reason, with the event that says so."""
+        if outcome == Outcome.INFRA_ERROR:
+            self.timeline.add(EventKind.ERROR, message=reason, infrastructure=True)
+        status = Status.CANCELLED if outcome == Outcome.CANCELLED else Status.FINISHED
+        with transaction.atomic():  # whoever sees the final status also sees its event
+            update_attempt(
+                self.attempt,
+                status=status,
+                outcome=outcome,
+                failure_reason=reason,
+                score=score,
+                finished_at=timezone.now(),
+                timings=self.timings,
+            )
+            self.timeline.add(
+                EventKind.LIFECYCLE,
+                status=status,
+                outcome=outcome,
+                score=score,
+                reason=reason,
+                message=f"{status}: {outcome}",
+            )
+        attempt_ended(self.attempt.pk, self.task.pk)
+
+    def _verdict(self, agent: CommandRun | None, result: CheckResult) -> tuple[str, str]:
+        """The attempt's outcome and reason from its agent's step and its check."""
+        if agent is not None and agent.result.timed_out:
+            limit = self.task.agent_timeout
+            return Outcome.AGENT_TIMEOUT, f"the agent ran past its {limit:g}s limit and was killed"
+        if (
+            agent is not None
+            and self.attempt.agent_command == agents.PATCH_COMMAND
+            and agent.result.exit_code == agents.PATCH_NOT_APPLIED
+        ):  # the patch agent's patch did not apply: that attempt's failure, as in SWE-bench
+            return Outcome.FAILED, agents.not_applied_reason(agent.stderr.text())
+        outcome, reason = verdict_of(self.task, result)
+        if outcome == Outcome.FAILED:
+            # Why, in words, when the environment explains it: the agent's own step first.
+            notes = [n for n in (reason, self.agent_oom, self.agent_cause) if n]
+            reason = "; ".join(dict.fromkeys(notes))
+        return outcome, reason
+
+    def _stopped_reason(self) -> str:
+        try:
+            self._stop_if_asked()
+        except AttemptStopped as exc:
+            return exc.reason
+        return ""
+
+
+# Checks that failed for a reason other than their tests: that reason is the attempt's.
+_CHECK_FAULTS = ("the check was killed", "the task's setup", "protected paths")
+
+
+def verdict_of(task, result: CheckResult) -> tuple[str, str]:
+    """An attempt's outcome and reason from its check."""
+    if result.passed:
+        return Outcome.PASSED, ""
+    if result.verifier_error:  # no reward written on the agent's changes: its failure
+        return Outcome.FAILED, result.summary
+    if result.timed_out:
+        return Outcome.FAILED, f"the check ran past its {task.check_timeout:g}s limit"
+    if result.problem or result.summary.startswith(_CHECK_FAULTS):
+        return Outcome.FAILED, result.summary
+    return Outcome.FAILED, check_cause(result.output)
+
+
+def check_cause(output: str) -> str:
+    """The environment cause of a failed check, in words, or "". A Python module missing
+    under the check is most often the agent's own code (a module it broke or removed), so
+    only pytest itself missing is said to be the environment's."""
+    cause = diagnosis.explain("the check", output)
+    if diagnosis.MISSING_MODULE in cause and "pytest" not in cause:
+        return ""
+    return cause
+
+
+def claim(attempt_id: int, *, host: str) -> bool:
+    """Take a queued attempt for this worker. False if someone else did (a redelivery)."""
+    now = timezone.now()
+    attempt = Attempt.objects.select_related("task").filter(pk=attempt_id).first()
+    if attempt is None:
+        return False
+    deadline = now + timedelta(seconds=attempt_budget(attempt))
+    return (
+        Attempt.objects.filter(pk=attempt_id, status=Status.QUEUED).update(
+            status=Status.STARTING, host=host, started_at=now, deadline_at=deadline
+        )
+        == 1
+    )
+
+
+def run_attempt(attempt_id: int, *, host: str) -> bool:
+    """Claim and run one attempt; returns False when there was nothing to do."""
+    if not claim(attempt_id, host=host):
+        log.info("attempt %s is not queued any more; this delivery does nothing", attempt_id)
+        return False
+    attempt = Attempt.objects.select_related("task").get(pk=attempt_id)
+    AttemptRunner(attempt).run()
+    return True
+
+
+def mark_infra_error(attempt_id: int, reason: str, *, expected_status: str = Status.QUEUED) -> bool:
+    """End an attempt that no worker is running (still `expected_status`) as an
+    infrastructure error with `reason`. A compare-and-set: False if its status moved on."""
+    with transaction.atomic():  # the final status and its events land together
+        updated = Attempt.objects.filter(pk=attempt_id, status=expected_status).update(
+            status=Status.FINISHED,
+            outcome=Outcome.INFRA_ERROR,
+            failure_reason=reason,
+            finished_at=timezone.now(),
+        )
+        if updated:
+            timeline = Timeline(attempt_id)
+            timeline.add(EventKind.ERROR, message=reason, infrastructure=True)
+            timeline.add(
+                EventKind.LIFECYCLE,
+                status=Status.FINISHED,
+                outcome=Outcome.INFRA_ERROR,
+                reason=reason,
+                message=f"finished: {Outcome.INFRA_ERROR}",
+            )
+    if updated:
+        task_id = Attempt.objects.filter(pk=attempt_id).values_list("task_id", flat=True).first()
+        if task_id:
+            attempt_ended(attempt_id, task_id)
+    return bool(updated)
+
+
+def recheck(attempt_id: int, *, by: str) -> None:
+    """Run the check again the way the attempt's own check ran (a fresh container from the
+    recorded changes, or in place in the kept sandbox); the new result is kept beside the old."""
+    attempt = Attempt.objects.select_related("task").filter(pk=attempt_id).first()
+    if attempt is None or not attempt.container_id:
+        return
+    runner = AttemptRunner(attempt, rechecking=True)
+    runner.open_session(Sandbox(attempt.container_id))
+    try:
+        with scratch_folder(attempt) as scratch:
+            runner.trees = AttemptTrees(attempt, scratch)
+            runner.check(requested_by=by)
+    except (InfrastructureError, AttemptStopped, ChangesUnavailable) as exc:
+        reason = getattr(exc, "reason", str(exc))
+        runner.timeline.add(
+            EventKind.ERROR,
+            message=f"re-check failed: {reason}",
+            infrastructure=not isinstance(exc, ChangesUnavailable),
+        )
+    except AttemptGone:
+        return
+    except Exception as exc:  # a bug in Boltz: said on the timeline, never silent
+        log.exception("re-check of attempt %s failed", attempt_id)
+        runner.timeline.add(
+            EventKind.ERROR,
+            message=f"re-check failed: internal error in Boltz: {exc!r}",
+            infrastructure=True,
+        )
+    finally:
+        runner.keep_sandbox()

@@ -1,0 +1,121 @@
+"""Harbor's layout in a sandbox: the image's working folder, `/logs/agent`, `/logs/artifacts`
+and `/logs/verifier`, `/solution` for the reference solution only, and `/tests`, put there only
+when the check runs. Nothing of the task's files is rewritten.
+
+Folders are made by Docker (a tar put into the container) with the owner each stage runs as;
+what the agent may have left in the verifier's way is cleared by the user who could have made
+it (with Boltz's own scripts and busybox, `SandboxSession.run_tool`), and anything that cannot
+be cleared blocks the check, never passes it.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+from attempts.run.scoring import HARBOR_VERIFIER_DIR
+from attempts.run.session import CommandRun, SandboxSession
+
+LOGS = "/logs"
+TESTS = "/tests"  # where the task's tests are, for the check only
+VERIFIER_LOGS = HARBOR_VERIFIER_DIR
+
+# Run as the agent's user: /tests can only be there if the agent made it (Harbor's images
+# have none); a replaced /logs or /logs/verifier is the agent's doing too.
+_CLEAR_AGENT = r"""
+[ -L /logs ] && { echo "/logs was replaced by a link"; exit 3; }
+if [ -e /tests ] || [ -L /tests ]; then rm -rf /tests 2>/dev/null; fi
+if [ -e /tests ] || [ -L /tests ]; then
+  echo "/tests is in the way and cannot be removed"; exit 3
+fi
+exit 0
+"""
+# Run as the verifier's user, who owns /logs/verifier: empty it.
+_CLEAR_VERIFIER = r"""
+if [ -L /logs/verifier ] || [ ! -d /logs/verifier ]; then
+  echo "/logs/verifier was replaced"; exit 3
+fi
+find /logs/verifier -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + 2>/dev/null
+if [ -n "$(ls -A /logs/verifier 2>/dev/null)" ]; then
+  echo "/logs/verifier holds files that cannot be removed"; exit 3
+fi
+exit 0
+"""
+
+
+def ids(user: str | None) -> tuple[int, int]:
+    """(uid, gid) of `uid:gid` (None: the sandbox user)."""
+    from attempts.exports.workspace import SANDBOX_UID
+
+    if not user:
+        return SANDBOX_UID, SANDBOX_UID
+    uid, _, gid = user.partition(":")
+    return int(uid), int(gid or uid)
+
+
+def folders_tar(folders: dict[str, tuple[int, int]], *, mode: int = 0o755) -> bytes:
+    """A tar of empty folders (absolute path -> owner uid and gid)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for path, (uid, gid) in folders.items():
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.type, info.mode, info.uid, info.gid = tarfile.DIRTYPE, mode, uid, gid
+            tar.addfile(info)
+    return buffer.getvalue()
+
+
+def prepare(session: SandboxSession) -> None:
+    """The log folders, before the sandbox starts: /logs/agent and /logs/artifacts the
+    agent's, /logs/verifier the verifier's."""
+    task = session.task
+    agent = ids(session.run_as(task.agent_user))
+    verifier = ids(session.run_as(task.check_user))
+    session.put_archive(
+        folders_tar(
+            {
+                LOGS: (0, 0),
+                f"{LOGS}/agent": agent,
+                f"{LOGS}/artifacts": agent,
+                VERIFIER_LOGS: verifier,
+            }
+        )
+    )
+
+
+class LayoutBlocked(Exception):
+    def __init__(self, summary: str, run: CommandRun):
+        super().__init__(summary)
+        self.summary = summary
+        self.run = run
+
+
+def clear_for_check(session: SandboxSession) -> None:
+    """Clear what the agent may have left where the verifier looks (/tests, /logs/verifier),
+    then put the task's tests at /tests. LayoutBlocked says what is in the way."""
+    task = session.task
+    for script, user, what in (
+        (_CLEAR_AGENT, task.agent_user, "clear /tests"),
+        (_CLEAR_VERIFIER, task.check_user, "empty /logs/verifier"),
+    ):
+        run = session.run_tool("reset", script, display=what, user=session.run_as(user))
+        if run.result.timed_out or run.result.exit_code != 0:
+            raise LayoutBlocked(
+                f"the verifier's folders could not be prepared: {run.text().strip()[:300]}", run
+            )
+    if task.check_files:
+        session.put_archive(bytes(task.check_files))
+
+
+def clear_after_check(session: SandboxSession) -> None:
+    """The task's tests never outlive their check: /tests goes (as root, with Boltz's own
+    tools: Docker put it there as root)."""
+    run = session.run_tool(
+        "reset",
+        'rm -rf /tests; [ ! -e /tests ] || { echo "/tests could not be removed"; exit 3; }',
+        [],
+        user="0:0",
+        display="remove /tests after the check",
+        workdir="/",
+    )
+    if run.result.timed_out or run.result.exit_code != 0:
+        raise LayoutBlocked(f"/tests could not be removed: {run.text().strip()[:300]}", run)

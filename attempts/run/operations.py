@@ -1,0 +1,518 @@
+"""API sandboxes on their worker: opening one, holding it while its client drives it, each
+operation a client asks for, and closing it. Worker-side: the web process sends these as Celery
+tasks to the host that owns the container (queueing.py) and waits for the answer.
+
+An API sandbox is an attempt (origin "api") whose work stage is its client: the holder task
+keeps one of the host's attempt slots for the sandbox's whole life, so the host never runs more
+sandboxes than its capacity, and closes it when asked, idle, past its time to live, or deleted.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import posixpath
+import time
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from attempts.core import redaction
+from attempts.core.episodes import end_episode
+from attempts.core.errors import AttemptGone, InfrastructureError, SandboxGone, TaskInvalid
+from attempts.exports.bundle import check_record
+from attempts.exports.workspace import SANDBOX_UID
+from attempts.models import (
+    SESSION_TASK_FIELDS,
+    Actor,
+    Attempt,
+    CheckResult,
+    EventKind,
+    Outcome,
+    SandboxState,
+    Status,
+    Task,
+)
+from attempts.run import session as files
+from attempts.run.changes import ChangesUnavailable
+from attempts.run.director import AttemptRunner, claim, scratch_folder, verdict_of
+from attempts.run.docker.runtime import Sandbox
+from attempts.run.heartbeat import beating
+from attempts.run.session import FileOpError, SandboxSession, update_attempt
+from attempts.run.trees import AttemptTrees
+from attempts.run.users import UserRefused
+from attempts.taskio.from_image import has_check
+
+log = logging.getLogger(__name__)
+
+HOLD_POLL_SECONDS = 0.25
+DEFAULT_EXEC_TIMEOUT = 600.0
+
+
+class Refused(Exception):
+    """An operation that cannot be done, with the HTTP status and code the API answers."""
+
+    def __init__(self, status: int, code: str, detail: str):
+        super().__init__(detail)
+        self.status, self.code, self.detail = status, code, detail
+
+    def as_dict(self) -> dict:
+        return {"error": {"status": self.status, "code": self.code, "detail": self.detail}}
+
+
+# --- the holder ---------------------------------------------------------------------------------
+def hold_sandbox(attempt_id: int, *, host: str) -> None:
+    """Open an API sandbox and keep it until it is closed; then record its changes, check
+    them if asked, and keep the container for review."""
+    if not claim(attempt_id, host=host):
+        return
+    attempt = Attempt.objects.select_related("task").get(pk=attempt_id)
+    SandboxHolder(attempt).run()
+
+
+class SandboxHolder(AttemptRunner):
+    """The attempt director with a client in place of the agent's command."""
+
+    def run(self) -> None:
+        try:
+            with beating(self.attempt.pk), scratch_folder(self.attempt) as scratch:
+                self.trees = AttemptTrees(self.attempt, scratch)
+                self._hold()
+        except AttemptGone:
+            self.cleanup_deleted()
+
+    def _hold(self) -> None:
+        attempt, timeline = self.attempt, self.timeline
+        outcome, reason, score = Outcome.INFRA_ERROR, "", None
+        stage = "start"
+        began = mark = time.monotonic()
+        try:
+            self.start()
+            self.timings["start"] = round(time.monotonic() - mark, 3)
+            stage, mark = "work", time.monotonic()
+            now = timezone.now()
+            update_attempt(attempt, status=Status.RUNNING, last_used_at=now)
+            timeline.add(
+                EventKind.LIFECYCLE,
+                status=Status.RUNNING,
+                message=f"sandbox live for {attempt.agent or 'an API client'}",
+            )
+            why = self._wait_for_close()
+            # A container that died while live (killed, its host's fault) is no outcome of
+            # the client's: the attempt is an infrastructure error.
+            self.session.ensure_running()
+            timeline.add(EventKind.LIFECYCLE, message=f"closing: {why}")
+            self.timings["work"] = round(time.monotonic() - mark, 3)
+            stage, mark = "record", time.monotonic()
+            self.end_agent()
+            self.trees.record(self.session)
+            self.timings["record"] = round(time.monotonic() - mark, 3)
+            result = None
+            if attempt.close_with_check and has_check(self.task):
+                stage, mark = "check", time.monotonic()
+                result = self.check()
+                self.timings["check"] = round(time.monotonic() - mark, 3)
+            last = result or attempt.checks.order_by("-pk").first()
+            if last is None:
+                outcome, reason = (
+                    "",
+                    (
+                        "closed without a check"
+                        if has_check(self.task)
+                        else "closed (a sandbox from an image has no check)"
+                    ),
+                )
+            else:
+                score = last.score
+                outcome, reason = verdict_of(self.task, last)
+        except ChangesUnavailable as exc:
+            outcome, score = Outcome.FAILED, 0.0
+            reason = f"changes unavailable: {exc.reason}"
+            update_attempt(attempt, changes_state="unavailable", changes_error=exc.reason)
+        except InfrastructureError as exc:
+            reason = f"{stage}: {exc.reason}"
+            if (
+                attempt.sandbox_deleted_at
+                or Attempt.objects.filter(pk=attempt.pk, sandbox_deleted_at__isnull=False).exists()
+            ):
+                outcome, reason = Outcome.CANCELLED, "its sandbox was deleted"
+        except AttemptGone:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bug in Boltz is never the client's failure
+            log.exception("API sandbox %s crashed in %s", attempt.pk, stage)
+            reason = f"{stage}: internal error in Boltz: {exc!r}"
+        finally:
+            self.keep_sandbox()
+        self.timings["total"] = round(time.monotonic() - began, 3)
+        self.finish(outcome, reason, score)
+
+    def _wait_for_close(self) -> str:
+        """Until the client closes the sandbox, its time to live or idle time runs out, or it
+        is deleted. Returns why it closes."""
+        while True:
+            row = (
+                Attempt.objects.filter(pk=self.attempt.pk)
+                .values(
+                    "close_requested_at",
+                    "close_with_check",
+                    "sandbox_deleted_at",
+                    "expires_at",
+                    "idle_timeout",
+                    "last_used_at",
+                )
+                .first()
+            )
+            if row is None:
+                raise AttemptGone(f"attempt {self.attempt.pk} was deleted")
+            now = timezone.now()
+            if row["sandbox_deleted_at"]:
+                raise SandboxGone("its sandbox was deleted")
+            if row["close_requested_at"]:
+                self.attempt.close_with_check = row["close_with_check"]
+                return "closed by its client"
+            if row["expires_at"] and now >= row["expires_at"]:
+                return "its time to live ran out"
+            idle = row["idle_timeout"]
+            if idle and row["last_used_at"] and (now - row["last_used_at"]).total_seconds() > idle:
+                return f"idle for more than {idle:g}s"
+            time.sleep(HOLD_POLL_SECONDS)
+
+
+# --- operations ----------------------------------------------------------------------------------
+def run_operation(attempt_id: int, op: str, args: dict) -> dict:
+    """Do one operation on a live API sandbox and answer with JSON-able data, or
+    {"error": {status, code, detail}}."""
+    try:
+        if op == "step":  # the web has found it live and taken the step
+            return _step(attempt_id, **args)
+        attempt, session = _live_session(attempt_id)
+        handler = OPERATIONS.get(op)
+        if handler is None:
+            raise Refused(400, "invalid", f"no operation {op!r}")
+        for key in ("path", "cwd"):  # relative: in the task's working folder
+            if isinstance(args.get(key), str):
+                args[key] = posixpath.normpath(posixpath.join(session.workdir, args[key]))
+        return handler(attempt, session, **args)
+    except Refused as exc:
+        return exc.as_dict()
+    except FileOpError as exc:
+        status = {"file_not_found": 404, "permission_denied": 403, "too_large": 413}.get(
+            exc.code, 400
+        )
+        return Refused(status, exc.code, exc.message).as_dict()
+    except ChangesUnavailable as exc:
+        return Refused(409, "changes_unavailable", f"changes unavailable: {exc.reason}").as_dict()
+    except TaskInvalid as exc:  # the task's user is not (any more) in the sandbox's image
+        return Refused(409, "task_invalid", f"{exc.field}: {exc.message}").as_dict()
+    except (SandboxGone, InfrastructureError) as exc:
+        return Refused(502, "infrastructure", f"infrastructure error: {exc.reason}").as_dict()
+    except AttemptGone:
+        return Refused(410, "gone", "the sandbox was deleted").as_dict()
+
+
+# What an exec or a file operation reads of its sandbox; diff and check load the rest.
+LIVE_FIELDS = (
+    "id",
+    "task",
+    "status",
+    "host",
+    "container_id",
+    "sandbox_state",
+    "sandbox_deleted_at",
+    "close_requested_at",
+    "last_used_at",
+    "agent_env",
+)
+# The sandbox's "last used" (for its idle timeout) is written at most this often.
+LAST_USED_PRECISION = timedelta(seconds=1)
+
+
+def _live_session(attempt_id: int) -> tuple[Attempt, SandboxSession]:
+    attempt = (
+        Attempt.objects.select_related("task")
+        .only(*LIVE_FIELDS, *(f"task__{name}" for name in SESSION_TASK_FIELDS))
+        .filter(pk=attempt_id)
+        .first()
+    )
+    if attempt is None:
+        raise Refused(404, "not_found", f"no sandbox {attempt_id}")
+    if attempt.sandbox_deleted_at or attempt.sandbox_state == SandboxState.DELETED:
+        raise Refused(410, "gone", f"sandbox {attempt_id} was deleted")
+    if attempt.status != Status.RUNNING or attempt.close_requested_at:
+        raise Refused(409, "closed", f"sandbox {attempt_id} is {attempt.status}, not live")
+    if attempt.host != settings.BOLTZ_HOST:
+        raise Refused(502, "infrastructure", f"sandbox {attempt_id} lives on {attempt.host}")
+    now = timezone.now()
+    if attempt.last_used_at is None or now - attempt.last_used_at >= LAST_USED_PRECISION:
+        Attempt.objects.filter(pk=attempt.pk).update(last_used_at=now)
+    session = SandboxSession(
+        attempt, Sandbox(attempt.container_id), secrets=redaction.secrets_of(attempt)
+    )
+    return attempt, session
+
+
+def _whole(attempt: Attempt) -> Attempt:
+    """The attempt with all its fields and its task (a diff or a check reads them)."""
+    return Attempt.objects.select_related("task").get(pk=attempt.pk)
+
+
+def exec_result(run) -> dict:
+    return {
+        "exit_code": run.result.exit_code,
+        "stdout": run.stdout.text(),
+        "stderr": run.stderr.text(),
+        "stdout_bytes": run.stdout.total_bytes,
+        "stderr_bytes": run.stderr.total_bytes,
+        "stdout_utf8": run.stdout.valid_utf8,
+        "stderr_utf8": run.stderr.valid_utf8,
+        "truncated": run.truncated,
+        "timed_out": run.result.timed_out,
+        "duration": round(run.result.duration, 3),
+        "raw": run.raw,
+    }
+
+
+def _exec(
+    attempt: Attempt,
+    session: SandboxSession,
+    *,
+    command,
+    cwd: str = "",
+    env: dict | None = None,
+    timeout: float | None = None,
+    stdin: str | None = None,
+    user: str = "",
+    request: str = "",
+    number: int | None = None,
+    stream: bool = False,
+) -> dict:
+    display = None
+    run_as = _run_as(session, user) if user else session.agent_user
+    if stdin:
+        staged = f"/tmp/.boltz-stdin-{time.monotonic_ns()}"
+        session.sandbox.put_archive(
+            "/",
+            files.files_tar(
+                {staged.lstrip("/"): base64.b64decode(stdin)},
+                mode=0o600,
+                owner=tuple(int(n) for n in run_as.split(":")) if run_as else None,
+            ),
+        )
+        if isinstance(command, str):
+            script = f'exec < "$0"; rm -f "$0"; {command}'
+            display, command = command, ["/bin/sh", "-c", script, staged]
+        else:
+            display = " ".join(command)
+            command = ["/bin/sh", "-c", 'exec < "$0"; rm -f "$0"; exec "$@"', staged, *command]
+    run = session.exec(
+        "exec",
+        command,
+        timeout=timeout or DEFAULT_EXEC_TIMEOUT,
+        actor=Actor.AGENT,
+        environment=env or {},
+        workdir=cwd or None,
+        request=request,
+        display=display,
+        number=number,
+        user=run_as,
+        stream_output=stream,
+    )
+    return exec_result(run)
+
+
+def _run_as(session: SandboxSession, user: str) -> str:
+    """`uid:gid` of a user of the sandbox's image (root only where the task allows it), from
+    its own passwd file; the sandbox user's uid is Boltz's own."""
+    if user == str(SANDBOX_UID):
+        return f"{SANDBOX_UID}:{SANDBOX_UID}"
+    try:
+        return session.lookup_user(user)
+    except UserRefused as exc:
+        raise Refused(400, exc.code, f"user: {exc.message}") from None
+
+
+def _read(attempt, session, *, path: str, max_bytes: int | None = None) -> dict:
+    limit = settings.BOLTZ_MAX_FILE_BYTES if max_bytes is None else max_bytes
+    data = files.read_file(session, path, max_bytes=min(limit, settings.BOLTZ_MAX_FILE_BYTES))
+    return {"data": base64.b64encode(data).decode()}
+
+
+def _write(attempt, session, *, path: str, data: str, mode: int = 0o644) -> dict:
+    raw = base64.b64decode(data)
+    files.write_file(session, path, raw, mode=mode)
+    return {"path": path, "bytes": len(raw)}
+
+
+def _list(attempt, session, *, path: str) -> dict:
+    return {"entries": files.list_folder(session, path)}
+
+
+def _delete(attempt, session, *, path: str) -> dict:
+    files.delete_path(session, path)
+    return {}
+
+
+def _download(attempt, session, *, path: str) -> dict:
+    data = files.download_archive(session, path, max_bytes=settings.BOLTZ_MAX_FILE_BYTES)
+    return {"data": base64.b64encode(data).decode()}
+
+
+def _upload(attempt, session, *, path: str, data: str) -> dict:
+    return {"path": path, "files": files.upload_archive(session, path, base64.b64decode(data))}
+
+
+def _record(attempt: Attempt, session: SandboxSession, trees: AttemptTrees) -> None:
+    """The changes so far, read out of the live sandbox and diffed on the worker."""
+    trees.record(session)
+
+
+def _diff(attempt, session) -> dict:
+    attempt = _whole(attempt)
+    with scratch_folder(attempt) as scratch:
+        _record(attempt, session, AttemptTrees(attempt, scratch))
+    attempt.refresh_from_db(fields=["diff", "diff_truncated", "diff_bytes"])
+    return {"patch": attempt.diff, "truncated": attempt.diff_truncated, "bytes": attempt.diff_bytes}
+
+
+def _check(attempt, session) -> dict:
+    return {"check": _checked(attempt, session).pk}
+
+
+def _checked(attempt, session) -> CheckResult:
+    """The task's check on a clean copy of the changes so far, as the pipeline runs it."""
+    attempt = _whole(attempt)
+    # the check reads the whole attempt
+    session = SandboxSession(attempt, session.sandbox, secrets=session.secrets)
+    with scratch_folder(attempt) as scratch:
+        runner = AttemptRunner(attempt, rechecking=True)
+        runner.session, runner.trees = session, AttemptTrees(attempt, scratch)
+        _record(attempt, session, runner.trees)
+        return runner.check()  # in place: the sandbox is halted and started again first
+
+
+# --- a pool environment's step -------------------------------------------------------------------
+PATCH_TIMEOUT = 60.0
+
+
+def _step(
+    attempt_id: int,
+    *,
+    action: dict,
+    max_steps: int,
+    episode_deadline: float,
+    container: str,
+    step_number: int,
+    exec_number: int,
+    seq: int,
+    task: dict | None = None,
+) -> dict:
+    """One action of a pool's environment, its parts in order: write files, apply a patch,
+    run a command, submit (the check: its score is the reward and the episode terminates).
+    A part that fails as the agent's own doing (a write refused, a patch that does not apply)
+    stops the action there and is the observation; an infrastructure failure raises.
+
+    The web process has taken the step (`step_number`, and `exec_number` for its command) and
+    marked it on the timeline (`seq`: the next free place there) for every environment of the
+    pool in one write; here only the action is done."""
+    began = time.monotonic()
+    attempt = Attempt(pk=attempt_id, container_id=container)  # what the session reads
+    if task:  # a task with a working folder or user of its own (a Harbor task's)
+        attempt.task = Task(**task)
+    session = SandboxSession(attempt, Sandbox(container), secrets=redaction.secrets_of(attempt))
+    session.timeline.expect(seq)
+    observation: dict = {}
+    reward, terminated, truncated = 0.0, False, False
+    masked: dict = {"masked": False}
+    left = episode_deadline - time.time()
+    if left <= 0:
+        observation["error"] = "the episode's time ran out before this step"
+        truncated = True
+    else:
+        stopped = _write_and_patch(session, action, observation)
+        if not stopped and "run" in action:
+            run_timeout = min(action.get("timeout", DEFAULT_EXEC_TIMEOUT), max(left, 1.0))
+            ran = _exec(
+                attempt, session, command=action["run"], timeout=run_timeout, number=exec_number
+            )
+            ran.pop("raw")  # the full output is on the attempt's page
+            observation.update(ran)
+        if not stopped and action.get("submit"):
+            try:
+                result = _checked(attempt, session)
+            except ChangesUnavailable as exc:  # as in the pipeline: the agent's, scored 0
+                observation["error"] = f"changes unavailable: {exc.reason}"
+                reward, terminated = 0.0, True
+            else:
+                observation["check"] = check_record(result)
+                reward, terminated = result.as_reward, True
+                if reward is None:  # the task's verifier broke: no reward, never 0
+                    masked = {"masked": True, "failure_kind": "verifier_error"}
+                    masked["error"] = result.summary
+    if not terminated and (step_number >= max_steps or time.time() >= episode_deadline):
+        truncated = True
+    if terminated or truncated:
+        end_episode(attempt.pk, "terminated" if terminated else "truncated")
+    return {
+        "step": step_number,
+        "observation": observation,
+        "reward": reward,
+        "terminated": terminated,
+        "truncated": truncated,
+        "info": {
+            "episode": attempt.pk,
+            **masked,
+            "duration": round(time.monotonic() - began, 3),
+        },
+    }
+
+
+def _write_and_patch(session, action: dict, observation: dict) -> bool:
+    """The action's writes and patch; True when one failed (the rest of the action is not
+    done), with why in the observation."""
+    written = []
+    for path, text in action.get("write", {}).items():
+        path = posixpath.normpath(posixpath.join(session.workdir, path))
+        try:
+            files.write_file(session, path, text.encode("utf-8", errors="surrogateescape"))
+        except FileOpError as exc:
+            observation.update(written=written, write_error=exc.message)
+            return True
+        written.append(path)
+    if written:
+        observation["written"] = written
+    if "patch" in action:
+        staged = f"/tmp/.boltz-patch-{time.monotonic_ns()}"
+        session.sandbox.put_archive(
+            "/", files.files_tar({staged.lstrip("/"): action["patch"].encode()}, mode=0o600)
+        )
+        run = session.exec(
+            "apply",
+            [
+                "/bin/sh",
+                "-c",
+                'git apply --whitespace=nowarn "$0"; s=$?; rm -f "$0"; exit $s',
+                staged,
+            ],
+            timeout=PATCH_TIMEOUT,
+            actor=Actor.AGENT,
+            display="git apply (the step's patch)",
+        )
+        applied = run.result.exit_code == 0
+        observation["patch"] = {"applied": applied, "output": run.text()}
+        if not applied:
+            return True
+    return False
+
+
+OPERATIONS = {
+    "exec": _exec,
+    "read": _read,
+    "write": _write,
+    "list": _list,
+    "delete": _delete,
+    "download": _download,
+    "upload": _upload,
+    "diff": _diff,
+    "check": _check,
+}

@@ -1,0 +1,254 @@
+"""An attempt's trees on the worker: its base, its recorded changes and the tree its check runs
+on. Recording reads the agent's /workspace out of its stopped sandbox and diffs it on the worker
+(see changes.py); the checked tree is built from the stored patch alone, so what a reviewer
+reads is what was checked. Worker-side: it reads sandboxes and runs git.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from django.conf import settings
+from django.core.files import File
+from django.core.files.storage import default_storage
+
+from attempts.core import runner_reach
+from attempts.core.errors import InfrastructureError, TaskInvalid
+from attempts.core.protected import Protection, protection_for
+from attempts.exports.workspace import filter_workspace
+from attempts.models import Actor, Attempt, EventKind
+from attempts.run import changes
+from attempts.run.changes import ChangesUnavailable
+from attempts.run.session import SandboxSession, update_attempt
+from attempts.taskio import repos
+
+
+def task_protection(task, base: Iterable[str]) -> Protection:
+    """A task's protected paths over its base tree's paths."""
+    return protection_for(
+        task.protected_paths,
+        task.check_file_paths,
+        task.check_removed_paths,
+        base=base,
+        check_command=task.check_command if task.layout != "harbor" else "",
+        agent_writes_tests=task.agent_writes_tests,
+        compiled_files=task.compiled_files,
+    )
+
+
+class AttemptTrees:
+    """The base and the checked tree of one attempt, in a scratch folder of the worker's."""
+
+    def __init__(self, attempt: Attempt, scratch: Path):
+        self.attempt = attempt
+        self.task = attempt.task
+        self.scratch = scratch
+        self._protection: Protection | None = None
+        # The checked tree, once built: (folder, path -> "mode object-id").
+        self.checked: tuple[Path, dict[str, str]] | None = None
+        self._base_files: dict[str, str] | None = None
+
+    @property
+    def protection(self) -> Protection:
+        """What the check resets to the base (see protected.py), read against the base tree so
+        no default resets the repository's own code."""
+        if self._protection is None:
+            self._protection = task_protection(self.task, self.base_files())
+        return self._protection
+
+    # --- the base ----------------------------------------------------------------------------
+    def workspace_archive(self) -> Path:
+        """The tar every sandbox of the task starts from (cached per host and base)."""
+        try:
+            return repos.cached_workspace_archive(self.task.repo_url, self.task.base_commit)
+        except TaskInvalid as exc:
+            raise InfrastructureError(f"repository unavailable on this host: {exc}") from exc
+
+    def base_repository(self) -> Path:
+        try:
+            return repos.base_repository(self.task.repo_url, self.task.base_commit)
+        except TaskInvalid as exc:
+            raise InfrastructureError(f"repository unavailable on this host: {exc}") from exc
+
+    def base_files(self) -> dict[str, str]:
+        """path -> 'mode object-id' of the base's files (read once)."""
+        if self._base_files is None:
+            env = {"GIT_DIR": str(self.base_repository())}
+            self._base_files = changes.listing(env, self.scratch, tree_ish=self.task.base_commit)
+        return self._base_files
+
+    def base_files_tar(self, paths: list[str], *, owner: tuple[int, int] | None = None) -> bytes:
+        """The base's `paths`, as a tar to put at / (in the task's working folder)."""
+        return changes.base_files(
+            self.base_repository(),
+            self.task.base_commit,
+            paths,
+            self.scratch,
+            prefix=self.workdir.lstrip("/") + "/",
+            owner=owner,
+        )
+
+    @property
+    def in_place(self) -> bool:
+        """The check runs on the agent's own tree (not on a fresh copy of the record)."""
+        return self.task.check_mode == "in_place" or self.task.layout == "harbor"
+
+    @property
+    def workdir(self) -> str:
+        return self.task.workdir or "/workspace"
+
+    # --- recording -----------------------------------------------------------------------------
+    def record(self, session: SandboxSession) -> None:
+        """Read the agent's tree out of its stopped sandbox, diff it against the base on the
+        worker, keep the complete patch (and its head for the page), the tamper report (with
+        the added code that reaches into the test runner), the agent's commits and the checked
+        tree's files."""
+        attempt, timeline = self.attempt, session.timeline
+        stream = session.get_archive(self.workdir)
+        if stream is None:
+            raise ChangesUnavailable(f"{self.workdir} no longer exists in the sandbox")
+        tree = changes.read_tree(
+            stream,
+            self.scratch / "agent",
+            max_bytes=settings.BOLTZ_MAX_TREE_BYTES,
+            max_files=settings.BOLTZ_MAX_TREE_FILES,
+            prefix=changes.archive_prefix(self.workdir),
+        )
+        recorded = changes.record(
+            tree,
+            base_git=self.base_repository(),
+            base_commit=self.task.base_commit,
+            scratch=self.scratch,
+            protection=self.protection,
+            max_patch_bytes=settings.BOLTZ_MAX_TREE_BYTES,
+            every_file=self.in_place,
+        )
+        shutil.rmtree(tree.root, ignore_errors=True)  # what is kept is the patch
+        # Code the agent added that reaches into the test runner, named with file and line:
+        # read from the whole patch, line by line, in every file the check does not reset.
+        reach = [
+            f.as_dict()
+            for f in runner_reach.scan_patch_file(
+                recorded.patch,
+                own_packages=runner_reach.own_packages(self.base_files()),
+                skip=self.protection.covers,
+            )
+        ]
+        limit = settings.BOLTZ_MAX_DIFF_BYTES
+        with recorded.patch.open("rb") as handle:
+            head = handle.read(limit)
+            handle.seek(0)
+            stored = default_storage.save(session.storage_name("changes.patch"), File(handle))
+        update_attempt(
+            attempt,
+            diff=head.decode("utf-8", errors="replace"),
+            diff_truncated=recorded.patch_bytes > limit,
+            diff_bytes=recorded.patch_bytes,
+            diff_file=stored,
+            changes_state="recorded",
+            commits=recorded.commits,
+            tamper={
+                "protected": recorded.protected[:1000],
+                "reward_files": [],
+                "runner_access": reach,
+            },
+        )
+        timeline.add(
+            EventKind.FILE,
+            action="diff",
+            files=recorded.files,
+            bytes=recorded.patch_bytes,
+            truncated=recorded.patch_bytes > limit,
+            message=f"changes recorded on the worker: {recorded.files} file(s), "
+            f"{recorded.patch_bytes} bytes of patch",
+        )
+        if recorded.protected:
+            timeline.add(
+                EventKind.ERROR,
+                actor=Actor.AGENT,
+                message=f"the agent changed {len(recorded.protected)} protected path(s); "
+                "they are reset to the base before the check",
+                protected=recorded.protected[:200],
+            )
+        if reach:
+            timeline.add(
+                EventKind.ERROR,
+                actor=Actor.AGENT,
+                message=f"the agent's changes reach into the test runner: "
+                f"{runner_reach.findings_text(reach)}; "
+                + (
+                    'the task allows it (runner_access = "report")'
+                    if self.task.runner_access == "report"
+                    else "the check fails because of it"
+                ),
+                runner_access=reach,
+            )
+        self.checked = changes.checked_tree(
+            base_git=self.base_repository(),
+            base_commit=self.task.base_commit,
+            patch=recorded.patch,
+            scratch=self.scratch,
+        )
+        self._snapshot(session)
+
+    def _snapshot(self, session: SandboxSession) -> None:
+        """Keep the checked tree's files (the base with the agent's changes) as
+        workspace.tar.gz: exactly what changes.patch gives when applied to the base."""
+        archive = self.check_archive()
+        listing = self.checked[1]
+        links = {path for path, meta in listing.items() if meta.startswith("120000 ")}
+        with archive.open("rb") as source, tempfile.TemporaryFile() as out:
+            copied, omitted = filter_workspace(
+                source,
+                out,
+                keep=set(listing),
+                max_bytes=settings.BOLTZ_MAX_WORKSPACE_BYTES,
+                links=links,
+            )
+            out.seek(0)
+            name = default_storage.save(session.storage_name("workspace.tar.gz"), File(out))
+        archive.unlink()
+        update_attempt(
+            self.attempt,
+            workspace_file=name,
+            workspace_bytes=copied,
+            workspace_omitted=omitted[:1000],
+        )
+        session.timeline.add(
+            EventKind.FILE,
+            action="snapshot",
+            files=len(listing),
+            bytes=copied,
+            omitted=len(omitted),
+        )
+
+    # --- the checked tree -----------------------------------------------------------------------
+    def ensure_checked(self) -> tuple[Path, dict[str, str]]:
+        """The checked tree: as recorded, or (for a re-check) again from the stored patch."""
+        if self.checked is None:
+            attempt = self.attempt
+            if attempt.changes_state != "recorded" or not attempt.diff_file:
+                raise ChangesUnavailable("the attempt's changes were never recorded")
+            patch = self.scratch / "changes.patch"
+            with default_storage.open(attempt.diff_file, "rb") as source, patch.open("wb") as out:
+                shutil.copyfileobj(source, out)
+            self.checked = changes.checked_tree(
+                base_git=self.base_repository(),
+                base_commit=self.task.base_commit,
+                patch=patch,
+                scratch=self.scratch,
+            )
+        return self.checked
+
+    def check_archive(self) -> Path:
+        """A fresh container's /workspace: the base's .git and the checked tree."""
+        folder, _listing = self.ensure_checked()
+        return changes.check_archive(
+            workspace_archive=self.workspace_archive(),
+            checked=folder,
+            dest=self.scratch / f"check-{secrets.token_hex(4)}.tar",
+        )

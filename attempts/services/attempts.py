@@ -1,0 +1,207 @@
+"""Writes that the command line, the pages and (later) the API share: keyword-only services."""
+
+from __future__ import annotations
+
+import re
+
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
+from django.db import transaction
+from django.db.models import F, Max
+from django.utils import timezone
+
+from attempts.core import agents
+from attempts.core.errors import TaskInvalid
+from attempts.core.storage import read_stored
+from attempts.core.timeline import Timeline
+from attempts.dispatch import queue as queueing
+from attempts.exports.bundle import stream_bundle
+from attempts.exports.datasets import ExportSpec, select_attempts
+from attempts.models import (
+    DONE_STATUSES,
+    Actor,
+    Attempt,
+    AuditEntry,
+    EventKind,
+    Outcome,
+    SandboxState,
+    Status,
+    Task,
+)
+from attempts.services.callbacks import attempt_ended
+from attempts.services.deletion import record_audit
+from attempts.taskio.from_image import require_check
+
+MAX_AGENT_FILES_BYTES = 64 * 1024 * 1024
+SAFE_FILE_NAME = re.compile(r"^[\w][\w.-]{0,99}$")
+
+
+def attempt_create(
+    *,
+    task: Task,
+    agent: str,
+    command: str = "",
+    files: dict[str, bytes] | None = None,
+    queue: str | None = None,
+) -> Attempt:
+    """Create a queued attempt and enqueue it once the transaction commits. `agent` is noop,
+    reference, command (with `command` and optional `files`) or the name of a saved agent."""
+    return attempts_create(task=task, agent=agent, command=command, files=files, queue=queue)[0]
+
+
+def attempts_create(
+    *,
+    task: Task,
+    agent: str,
+    command: str = "",
+    files: dict[str, bytes] | None = None,
+    queue: str | None = None,
+    count: int = 1,
+) -> list[Attempt]:
+    """`count` attempts with the same agent, which is resolved and checked once."""
+    require_check(task)
+    choice = agents.resolve_agent(task, agent, command, files)
+    if sum(len(d) for d in choice.files.values()) > MAX_AGENT_FILES_BYTES:
+        raise TaskInvalid("files", f"agent files may add up to {MAX_AGENT_FILES_BYTES} bytes")
+    for name in choice.files:
+        if not SAFE_FILE_NAME.match(name):
+            raise TaskInvalid("files", f"{name!r}: use a plain file name (letters, digits, . _ -)")
+    return [_create_one(task, choice, queue) for _ in range(count)]
+
+
+def numbered_attempt(task: Task, **fields) -> Attempt:
+    """A new attempt of `task` with the next number of its own, never one given before (even
+    to an attempt deleted since). The number comes from the task row: the UPDATE locks that
+    row (PostgreSQL) or takes the database's write lock (SQLite) until the attempt exists, so
+    concurrent creators, in any process, each get their own."""
+    with transaction.atomic():
+        tasks = Task.objects.filter(pk=task.pk)
+        tasks.update(next_attempt_number=F("next_attempt_number") + 1)
+        number = tasks.values_list("next_attempt_number", flat=True).get() - 1
+        # An attempt numbered outside this function (imported, or made by hand) may hold it.
+        top = task.attempts.aggregate(m=Max("number"))["m"] or 0
+        if number <= top:
+            number = top + 1
+            tasks.update(next_attempt_number=number + 1)
+        attempt = Attempt.objects.create(task=task, number=number, **fields)
+    task.next_attempt_number = number + 1
+    return attempt
+
+
+def _create_one(task: Task, choice: agents.AgentChoice, queue: str | None) -> Attempt:
+    agent, command, files = choice.label, choice.command, choice.files
+    attempt = numbered_attempt(
+        task, agent=agent, agent_command=command, agent_env=choice.environment
+    )
+    if files:
+        stored = []
+        for name, data in files.items():
+            storage = default_storage.save(f"attempts/{attempt.pk}/agent/{name}", ContentFile(data))
+            stored.append({"name": name, "storage": storage, "bytes": len(data)})
+        attempt.agent_files = stored
+        attempt.save(update_fields=["agent_files"])
+    Timeline(attempt.pk).add(
+        EventKind.LIFECYCLE,
+        actor=Actor.SYSTEM,
+        status="queued",
+        message=f"queued with agent {agent}",
+        agent=agent,
+        command=command,
+        files=sorted(files),
+    )
+    attempt_enqueue(attempt=attempt, queue=queue)
+    return attempt
+
+
+def attempt_enqueue(*, attempt: Attempt, queue: str | None = None) -> None:
+    """Send the attempt to the workers after commit, so no worker sees an uncommitted row."""
+    queueing.enqueue_attempt(attempt, queue=queue)
+
+
+def attempt_export(*, attempt: Attempt, by: str):
+    """The attempt's bundle as a stream of zip bytes; the export is recorded."""
+    record_audit(action=AuditEntry.Action.EXPORT_ATTEMPT, actor=by, attempt=attempt)
+    return stream_bundle(attempt)
+
+
+def task_export(*, task: Task, spec: ExportSpec, by: str, **filters):
+    """The attempts a task export writes (`datasets.write_export` / `export_lines` write
+    them as `spec` says); the export is recorded."""
+    attempts = select_attempts(task.attempts.all(), **filters)
+    shown = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in filters.items() if v}
+    record_audit(
+        action=AuditEntry.Action.EXPORT_TASK,
+        actor=by,
+        task=task,
+        format=spec.fmt,
+        flavour=spec.flavour,
+        **shown,
+    )
+    return attempts
+
+
+def attempt_cancel(*, attempt: Attempt, by: str) -> bool:
+    """Cancel a queued or running attempt. A queued one ends at once; a running one is stopped
+    by its worker within a second (its processes and container stop). False if it had ended."""
+    now = timezone.now()
+    with transaction.atomic():
+        if Attempt.objects.filter(pk=attempt.pk, status=Status.QUEUED).update(
+            status=Status.CANCELLED,
+            outcome=Outcome.CANCELLED,
+            finished_at=now,
+            cancel_requested_at=now,
+            cancel_requested_by=by,
+            failure_reason=f"cancelled by {by} before it started",
+        ):
+            Timeline(attempt.pk).reviewer(
+                "cancel", by, f"cancelled by {by} before it started", status=Status.CANCELLED
+            )
+            attempt_ended(attempt.pk, attempt.task_id)
+            return True
+        updated = (
+            Attempt.objects.filter(pk=attempt.pk, cancel_requested_at__isnull=True)
+            .exclude(status__in=DONE_STATUSES)
+            .update(cancel_requested_at=now, cancel_requested_by=by)
+        )
+        if updated:
+            Timeline(attempt.pk).reviewer("cancel", by, f"cancel requested by {by}")
+    return bool(updated)
+
+
+def attempt_rerun(*, attempt: Attempt, by: str) -> Attempt:
+    """A new attempt at the same task with the same agent, command and files."""
+    patched = attempt.agent_command == agents.PATCH_COMMAND  # labelled with its model's name
+    if attempt.agent in agents.BUILTIN_AGENTS or patched:
+        files = read_stored(attempt.agent_files)
+        new = attempt_create(
+            task=attempt.task,
+            agent="patch" if patched else attempt.agent,
+            command=attempt.agent_command,
+            files=files,
+        )
+        if patched:
+            Attempt.objects.filter(pk=new.pk).update(agent=attempt.agent)
+    else:  # a saved agent: as it is saved now
+        new = attempt_create(task=attempt.task, agent=attempt.agent)
+    Attempt.objects.filter(pk=new.pk).update(rerun_of=attempt)
+    Timeline(new.pk).reviewer("rerun", by, f"re-run of {attempt.name} by {by}")
+    return new
+
+
+def attempt_recheck(*, attempt: Attempt, by: str) -> None:
+    """Check the attempt's final files again, in its kept sandbox, on the host that owns it."""
+    if attempt.status not in DONE_STATUSES:
+        raise TaskInvalid("attempt", "a re-check waits until the attempt has finished")
+    if not attempt.host or not attempt.container_id:
+        raise TaskInvalid("attempt", "its sandbox is gone, and a re-check needs its files")
+    # Claim the kept sandbox (stopped -> live) so a second request is refused at once.
+    claimed = Attempt.objects.filter(
+        pk=attempt.pk, sandbox_state=SandboxState.STOPPED, sandbox_deleted_at__isnull=True
+    ).update(sandbox_state=SandboxState.LIVE)
+    if not claimed:
+        attempt.refresh_from_db(fields=["sandbox_state", "sandbox_deleted_at"])
+        if attempt.sandbox_state == SandboxState.LIVE and not attempt.sandbox_deleted_at:
+            raise TaskInvalid("attempt", "a re-check is already running; wait for its result")
+        raise TaskInvalid("attempt", "its sandbox is gone, and a re-check needs its files")
+    attempt.sandbox_state = SandboxState.LIVE
+    queueing.enqueue_recheck(attempt, by=by)

@@ -1,0 +1,475 @@
+"""API sandboxes, as the web process handles them: create, find, operate through the owning
+host's worker, close, delete. Never touches Docker: every operation is sent to the worker of the
+host that owns the container (an operation call, opcalls.py) with a finite wait.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import math
+import posixpath
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.files.storage import default_storage
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from attempts.core.errors import TaskInvalid
+from attempts.core.timeline import Timeline, clip
+from attempts.dispatch import calls as opcalls
+from attempts.dispatch import queue as queueing
+from attempts.dispatch.hosts import host_alive
+from attempts.exports.workspace import SANDBOX_UID
+from attempts.models import (
+    DONE_STATUSES,
+    Actor,
+    Attempt,
+    Event,
+    EventKind,
+    Outcome,
+    SandboxState,
+    Status,
+    Task,
+)
+from attempts.services.attempts import numbered_attempt
+from attempts.services.deletion import sandbox_delete as sandbox_files_delete
+from attempts.taskio.from_image import image_task
+
+WORKSPACE = "/workspace"
+# Room past an operation's own time before the web stops waiting for its worker.
+OPERATION_MARGIN = 30.0
+
+
+@dataclass
+class ApiError(Exception):
+    """What the API answers when a call cannot be done: status, code and a detail that says
+    what to do."""
+
+    status: int
+    code: str
+    detail: str
+    retry_after: int | None = None
+
+    def __str__(self) -> str:
+        return self.detail
+
+
+def visible_attempts(user) -> QuerySet:
+    attempts = Attempt.objects.select_related("task")
+    return attempts if user.is_staff else attempts.filter(owner=user)
+
+
+# What sending an operation to a sandbox's worker reads of it (an exec or a file need no more).
+ROUTING_FIELDS = (
+    "id",
+    "origin",
+    "owner",
+    "status",
+    "host",
+    "sandbox_state",
+    "sandbox_deleted_at",
+    "close_requested_at",
+)
+
+
+def sandbox_for(user, sandbox_id: int, *, routing_only: bool = False) -> Attempt:
+    """The user's sandbox, or ApiError 404; `routing_only` loads only ROUTING_FIELDS."""
+    found = visible_attempts(user)
+    if routing_only:
+        found = found.select_related(None).only(*ROUTING_FIELDS)
+    found = found.filter(pk=sandbox_id, origin="api").first()
+    if found is None:
+        raise ApiError(404, "not_found", f"no sandbox {sandbox_id}")
+    return found
+
+
+def sandbox_state(attempt: Attempt) -> str:
+    if attempt.sandbox_deleted_at or attempt.sandbox_state == SandboxState.DELETED:
+        return "deleted"
+    if attempt.status in DONE_STATUSES:
+        return "closed"
+    if attempt.status == Status.RUNNING and not attempt.close_requested_at:
+        return "live"
+    if attempt.close_requested_at:
+        return "closing"
+    return "starting"
+
+
+def workspace_path(path: str) -> str:
+    """A path inside the sandbox, normalized: relative ones stay relative, and the worker
+    puts them in the task's working folder (/workspace, or a Harbor task's /app)."""
+    if not isinstance(path, str) or not path or "\x00" in path or len(path) > 4096:
+        raise ApiError(400, "invalid", "path: give a file name (no NUL, at most 4096 characters)")
+    joined = posixpath.normpath(path)
+    return "/" + joined.lstrip("/") if path.startswith("/") else joined
+
+
+def sandbox_create(
+    *,
+    user,
+    task: str = "",
+    image: str = "",
+    labels: dict[str, str] | None = None,
+    agent: str = "",
+    ttl: float | None = None,
+    idle_timeout: float | None = None,
+    wait: float = 60.0,
+) -> Attempt:
+    """A new sandbox from a task (or, with `image` and no task, an empty one from that image),
+    live when this returns. Over capacity it waits up to `wait` seconds for a host with room,
+    then gives up: ApiError 429 with a time to retry."""
+    if bool(task) == bool(image):
+        raise ApiError(
+            400, "invalid", "task or image: give a task's name, or an image for a task-less sandbox"
+        )
+    if image:
+        try:
+            found = image_task(image)
+        except TaskInvalid as exc:
+            raise ApiError(400, "invalid", exc.message) from None
+    else:
+        found = Task.objects.filter(slug=task).first()
+    if found is None:
+        raise ApiError(404, "not_found", f"no task {task!r}: GET /api/tasks lists them")
+    labels = {str(k)[:100]: str(v)[:300] for k, v in (labels or {}).items()}
+    ttl = min(float(ttl or settings.BOLTZ_SANDBOX_DEFAULT_TTL), settings.BOLTZ_SANDBOX_MAX_TTL)
+    idle = float(idle_timeout or settings.BOLTZ_SANDBOX_IDLE_TIMEOUT)
+    if ttl < 1 or idle < 1 or not math.isfinite(ttl + idle):
+        raise ApiError(400, "invalid", "ttl and idle_timeout: give numbers of seconds, 1 or more")
+    attempt = sandbox_attempt(
+        found, user=user, agent=agent or "api", labels=labels, ttl=ttl, idle=idle
+    )
+    queueing.enqueue_sandbox(attempt)
+    return wait_live(attempt, wait=wait)
+
+
+def sandbox_attempt(
+    task: Task, *, user, agent: str, labels: dict, ttl: float, idle: float, **fields
+):
+    """A new API sandbox's attempt, queued (not yet sent to a worker)."""
+    now = timezone.now()
+    attempt = numbered_attempt(
+        task,
+        agent=agent[:100],
+        origin="api",
+        owner=user,
+        labels=labels,
+        created_at=now,
+        expires_at=now + timedelta(seconds=ttl),
+        idle_timeout=idle,
+        **fields,
+    )
+    Timeline(attempt.pk).add(
+        EventKind.LIFECYCLE,
+        status="queued",
+        message=f"sandbox requested through the API by {user.get_username()}",
+        agent=agent,
+        labels=labels,
+    )
+    return attempt
+
+
+def wait_live(attempt: Attempt, *, wait: float) -> Attempt:
+    """The sandbox once it is live; ApiError if it could not start, or 429 when no host had
+    room within `wait` seconds (it is then cancelled, never left queued)."""
+    got = wait_live_all([attempt], wait=wait)[attempt.pk]
+    if isinstance(got, ApiError):
+        raise got
+    return got
+
+
+def wait_live_all(attempts: list[Attempt], *, wait: float) -> dict[int, Attempt | ApiError]:
+    """Wait for several sandboxes at once: for each, the live Attempt or the ApiError that says
+    why not (as `wait_live`)."""
+    wait = max(0.0, min(wait, 600.0))
+    pending = {a.pk for a in attempts}
+    got: dict[int, Attempt | ApiError] = {}
+    deadline = time.monotonic() + wait
+    setting_up_until: float | None = None  # started before the deadline: given 60 s more
+    while pending:
+        rows = Attempt.objects.filter(pk__in=pending).values_list(
+            "pk", "status", "outcome", "failure_reason"
+        )
+        seen = set()
+        for pk, status, outcome, reason in rows:
+            seen.add(pk)
+            # Live, or live and closed already (its time ran out before we looked): started.
+            if status == Status.RUNNING or (
+                status == Status.FINISHED and outcome != Outcome.INFRA_ERROR
+            ):
+                got[pk] = None  # loaded whole below
+                pending.discard(pk)
+            elif status in DONE_STATUSES:
+                got[pk] = ApiError(502, "infrastructure", f"the sandbox could not start: {reason}")
+                pending.discard(pk)
+        for pk in pending - seen:  # deleted meanwhile
+            got[pk] = ApiError(410, "gone", f"sandbox {pk} was deleted")
+            pending.discard(pk)
+        now = time.monotonic()
+        if pending and now >= deadline:
+            for pk in list(pending):
+                if _give_up_queued(pk, wait):
+                    got[pk] = ApiError(
+                        429,
+                        "capacity",
+                        f"every host is at capacity; no sandbox was free within {wait:g}s: "
+                        "retry later or wait longer",
+                        retry_after=10,
+                    )
+                    pending.discard(pk)
+            if setting_up_until is None:
+                setting_up_until = now + 60.0
+            elif now >= setting_up_until:
+                for pk in pending:
+                    got[pk] = ApiError(
+                        504, "timeout", f"sandbox {pk} started but was not live within 60s more"
+                    )
+                pending.clear()
+        if pending:
+            time.sleep(0.01)
+    live = [pk for pk, value in got.items() if value is None]
+    for attempt in Attempt.objects.select_related("task").filter(pk__in=live):
+        got[attempt.pk] = attempt
+    for pk in live:
+        if got[pk] is None:
+            got[pk] = ApiError(410, "gone", f"sandbox {pk} was deleted")
+    return got
+
+
+def _give_up_queued(pk: int, wait: float) -> bool:
+    """Cancel a sandbox still queued (compare-and-set: one that started meanwhile goes on)."""
+    reason = f"no host had room within {wait:g}s"
+    gave_up = Attempt.objects.filter(pk=pk, status=Status.QUEUED).update(
+        status=Status.CANCELLED,
+        outcome=Outcome.CANCELLED,
+        finished_at=timezone.now(),
+        failure_reason=reason,
+    )
+    if gave_up:
+        Timeline(pk).add(EventKind.LIFECYCLE, status="cancelled", message=reason)
+    return bool(gave_up)
+
+
+def _ready(attempt: Attempt) -> None:
+    state = sandbox_state(attempt)
+    if state == "deleted":
+        raise ApiError(410, "gone", f"sandbox {attempt.pk} was deleted")
+    if state != "live":
+        raise ApiError(409, "closed", f"sandbox {attempt.pk} is {state}, not live")
+    if not host_alive(attempt.host):
+        raise ApiError(
+            502, "infrastructure", f"the sandbox's host {attempt.host} has not been heard from"
+        )
+
+
+def _answer(answer: dict) -> dict:
+    if "error" in answer:
+        error = answer["error"]
+        raise ApiError(error["status"], error["code"], error["detail"])
+    return answer
+
+
+def operate(attempt: Attempt, op: str, args: dict, *, timeout: float) -> dict:
+    """Run an operation on the sandbox's worker; its answer, or ApiError."""
+    _ready(attempt)
+    with _channel(op, timeout):
+        answer = opcalls.call(attempt.host, attempt.pk, op, args, timeout=timeout)
+    return _answer(answer)
+
+
+@contextlib.contextmanager
+def _channel(op: str, timeout: float):
+    """Say a call that went unanswered or could not be sent as the API does."""
+    try:
+        yield
+    except opcalls.CallTimeout:
+        raise ApiError(504, "timeout", f"the {op} did not answer within {timeout:g}s") from None
+    except opcalls.ChannelDown as exc:
+        raise ApiError(503, "infrastructure", f"infrastructure error: {exc}") from None
+
+
+def exec_stream(attempt: Attempt, args: dict, *, timeout: float) -> Iterator[dict]:
+    """An exec whose output comes as it is made: {"stream", "text"} items read from the
+    timeline (the worker writes them there as the command runs), then {"result": ...}."""
+    _ready(attempt)
+    with _channel("exec", timeout):
+        started = opcalls.send(attempt.host, attempt.pk, "exec", args, timeout=timeout)
+    deadline = time.monotonic() + timeout
+    number, after = None, 0
+    while True:
+        try:
+            done = started.done()
+        except opcalls.ChannelDown as exc:
+            yield {"error": {"detail": f"infrastructure error: {exc}", "code": "infrastructure"}}
+            return
+        if number is None:
+            start = Event.objects.filter(
+                attempt_id=attempt.pk, kind=EventKind.EXEC, data__request=args["request"]
+            ).first()
+            if start is not None:
+                number, after = start.data["exec"], start.seq
+        if number is not None:
+            for event in Event.objects.filter(
+                attempt_id=attempt.pk, kind=EventKind.OUTPUT, seq__gt=after, data__exec=number
+            ).order_by("seq"):
+                after = event.seq
+                yield {"stream": event.data["stream"], "text": event.data["text"]}
+        if done:
+            try:
+                yield {"result": _answer(started.get(timeout=0))}
+            except ApiError as exc:
+                yield {"error": {"detail": exc.detail, "code": exc.code}}
+            return
+        if time.monotonic() > deadline:
+            yield {"error": {"detail": f"no answer within {timeout:g}s", "code": "timeout"}}
+            return
+        time.sleep(0.1)
+
+
+def sandbox_exec(
+    attempt: Attempt,
+    *,
+    command,
+    cwd,
+    env,
+    timeout,
+    stdin,
+    user,
+    stream: bool = False,
+    max_output: int | None = None,
+):
+    """Run a command; its result, or (with `stream`) an iterator of output then result.
+    `max_output`: streams up to this many bytes come back whole (else head and tail)."""
+    if max_output is not None and not 0 <= max_output <= settings.BOLTZ_MAX_FILE_BYTES:
+        raise ApiError(
+            400,
+            "invalid",
+            f"max_output: give bytes up to {settings.BOLTZ_MAX_FILE_BYTES} (BOLTZ_MAX_FILE_BYTES)",
+        )
+    user = exec_user(
+        user,
+        allow_root=lambda: Task.objects.filter(attempts=attempt.pk, allow_root=True).exists(),
+    )
+    if isinstance(command, list) and not command or command == "":
+        raise ApiError(400, "invalid", "command: give a shell command or a non-empty argv")
+    timeout = float(timeout or 600.0)
+    if not math.isfinite(timeout) or timeout <= 0 or timeout > 24 * 3600:
+        raise ApiError(400, "invalid", "timeout: give a number of seconds up to a day")
+    request = uuid.uuid4().hex
+    args = {
+        "command": command,
+        "cwd": workspace_path(cwd or "."),
+        "env": {str(k): str(v) for k, v in (env or {}).items()},
+        "timeout": timeout,
+        "stdin": stdin,
+        "request": request,
+    }
+    if user:
+        args["user"] = user
+    if stream:
+        args["stream"] = True  # the worker writes its output as it comes, for the stream
+        return (
+            {"result": whole_output(item["result"], max_output)} if "result" in item else item
+            for item in exec_stream(attempt, args, timeout=timeout + OPERATION_MARGIN)
+        )
+    answer = operate(attempt, "exec", args, timeout=timeout + OPERATION_MARGIN)
+    return whole_output(answer, max_output)
+
+
+def exec_stdin(text: str | None, encoded: str | None) -> str | None:
+    """An exec's standard input as base64 (as the worker takes it): text, or bytes given as
+    base64; None for none (an empty input reads as end of file either way)."""
+    if text is not None and encoded is not None:
+        raise ApiError(400, "invalid", "stdin, stdin_base64: give one of them, not both")
+    if encoded is None:
+        return base64.b64encode(text.encode()).decode() if text else None
+    try:
+        data = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise ApiError(400, "invalid", "stdin_base64: not valid base64") from None
+    return encoded if data else None
+
+
+def whole_output(answer: dict, max_output: int | None) -> dict:
+    """An exec's answer with each stream of at most `max_output` bytes whole, read from the
+    raw output the worker stored (the answer itself carries only its head and tail)."""
+    if not max_output or not answer.get("truncated"):
+        return answer
+    whole = True
+    for stream in ("stdout", "stderr"):
+        size, name = answer.get(f"{stream}_bytes", 0), answer.get("raw", {}).get(stream, "")
+        if not size:
+            continue
+        if size > max_output or not name:
+            whole = False
+            continue
+        with default_storage.open(name) as handle:
+            data = handle.read(size + 1)
+        if len(data) != size:
+            whole = False
+            continue
+        answer[stream] = data.decode("utf-8", errors="replace")
+    answer["truncated"] = not whole
+    return answer
+
+
+USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\$?")
+
+
+def exec_user(user: str | None, *, allow_root=lambda: False) -> str:
+    """Who a command runs as: "" for the task's agent user (the sandbox user), else a user
+    name or uid the worker looks up in the sandbox. Root only where the task allows it (a
+    Harbor task whose image runs as root; `allow_root()` says), and never with capabilities."""
+    user = (user or "").strip()
+    if not user:
+        return ""
+    if user in ("sandbox", str(SANDBOX_UID)):  # asked for by name: that user, not the task's
+        return str(SANDBOX_UID)
+    if not USER_NAME.fullmatch(user):
+        raise ApiError(400, "invalid", "user: give a user name or a uid (no group)")
+    if user in ("root", "0") and not allow_root():
+        raise ApiError(
+            400,
+            "user_not_allowed",
+            "user: commands never run as root in a Boltz sandbox (uid 0); give a non-root user",
+        )
+    return user
+
+
+def sandbox_message(attempt: Attempt, *, role: str, content: str) -> None:
+    if sandbox_state(attempt) in ("deleted",):
+        raise ApiError(410, "gone", f"sandbox {attempt.pk} was deleted")
+    Timeline(attempt.pk).add(
+        EventKind.MESSAGE, actor=Actor.AGENT, role=role[:50], text=clip(content)
+    )
+
+
+def sandbox_close(attempt: Attempt, *, check: bool, wait: float = 900.0) -> Attempt:
+    """Ask the holder to close the sandbox (final check if asked), and wait until it has."""
+    state = sandbox_state(attempt)
+    if state == "deleted":
+        raise ApiError(410, "gone", f"sandbox {attempt.pk} was deleted")
+    Attempt.objects.filter(pk=attempt.pk, close_requested_at__isnull=True).update(
+        close_requested_at=timezone.now(), close_with_check=check
+    )
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        attempt.refresh_from_db()
+        if attempt.status in DONE_STATUSES:
+            return attempt
+        time.sleep(0.1)
+    raise ApiError(504, "timeout", f"sandbox {attempt.pk} did not close within {wait:g}s")
+
+
+def sandbox_delete(attempt: Attempt, *, by: str) -> None:
+    """Its container and kept files go at once (a live one is stopped by its holder); the
+    record, timeline, diff and checks stay for review, and calls on it answer 410."""
+    sandbox_files_delete(attempt=attempt, by=by)

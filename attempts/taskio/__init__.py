@@ -1,0 +1,2 @@
+"""Tasks coming in: importers (Boltz folders, Harbor, SWE-bench), task folders, task images,
+repositories and uploaded archives."""

@@ -1,0 +1,216 @@
+"""Harbor / Terminal-Bench task folders, run as Harbor runs them:
+
+    instruction.md          what the agent is told
+    task.toml               read by harbor_config.py: every key honoured, listed as ignored,
+                            or refused with a reason naming it
+    environment/Dockerfile  built on the worker host (tagged by a hash of its context), with
+                            FROM mapped to local images; or [environment] docker_image
+    tests/test.sh           the verifier: writes /logs/verifier/reward.txt or reward.json
+    solution/               the reference solution (solve.sh and anything beside it)
+
+In the sandbox: the image's WORKDIR (or [environment] workdir) is the agent's working folder
+and its files there at the start are the base the diff is taken against; the agent, the
+solution and the verifier run as the users the task names, else the image's user (root, when
+the image says nothing: Harbor's tasks may run as root, with no capabilities); /logs/agent,
+/logs/artifacts and /logs/verifier exist; /solution holds solution/ for the reference only;
+/tests arrives for the check, which runs `bash /tests/test.sh` from the working folder and is
+scored by Harbor's reward rules. No file of the task is rewritten.
+
+Building needs Docker, so it happens only where the import may use it (`import_tasks` on a
+worker host); elsewhere such a task is refused with that reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+import tempfile
+from pathlib import Path
+
+from django.conf import settings
+from django.utils.text import slugify
+
+from attempts.core.errors import NETWORK_TASKS_OFF, TaskInvalid
+from attempts.taskio import repos
+from attempts.taskio.folders import require_image
+from attempts.taskio.importers import ImportItem, guarded
+from attempts.taskio.importers.harbor_config import HarborSpec, read_spec
+
+CHECK = "bash /tests/test.sh"
+
+
+def read_one(path: Path, **options) -> ImportItem:
+    notes: list[str] = []
+    item = guarded(str(path), lambda: task_values(path, notes=notes, **options))
+    item.notes = notes
+    return item
+
+
+def folder_tar(folder: Path, prefix: str) -> bytes:
+    """A tar of a folder, as it is (modes kept, owned by root), under `prefix` at /."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for path in [folder, *sorted(folder.rglob("*"))]:
+            rel = path.relative_to(folder).as_posix()
+            name = prefix if rel == "." else f"{prefix}/{rel}"
+            if path.is_symlink() or not (path.is_file() or path.is_dir()):
+                raise TaskInvalid(prefix, f"{rel} is not a regular file or folder")
+            info = tar.gettarinfo(str(path), arcname=name)
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            if path.is_file():
+                with path.open("rb") as handle:
+                    tar.addfile(info, handle)
+            else:
+                tar.addfile(info)
+    return buffer.getvalue()
+
+
+def task_values(
+    path: Path,
+    *,
+    notes: list[str],
+    image: str = "",
+    build: bool = False,
+    base_images: list[str] | None = None,
+    progress=None,
+    **_options,
+) -> dict:
+    spec = read_spec(path)
+    notes.extend(f"ignored {line}" for line in spec.ignored)
+    if spec.storage_bytes:
+        notes.append(
+            "ignored environment.storage: Docker here cannot cap a container's disk "
+            "(it needs project quotas), so the sandbox's disk is not limited"
+        )
+    instruction = (path / "instruction.md").read_text().strip()
+    if not instruction:
+        raise TaskInvalid("instruction.md", "is empty")
+    if not (path / "tests" / "test.sh").is_file():
+        raise TaskInvalid("tests/test.sh", "missing: it is the task's verifier")
+    if spec.network and not settings.BOLTZ_ALLOW_NETWORK_TASKS:
+        raise TaskInvalid(
+            "environment.network_mode",
+            "Harbor gives this task public network (allow_internet / network_mode say so, "
+            "or say nothing); " + NETWORK_TASKS_OFF,
+        )
+    slug = slugify(spec.name)[:100] or slugify(path.name)[:100]
+    values = {
+        "slug": slug,
+        "dataset": slugify(spec.dataset)[:40],
+        "title": spec.title or spec.name,
+        "instruction": instruction,
+        "layout": "harbor",
+        "check_command": CHECK,
+        "check_mode": "in_place",
+        "reward_file": True,
+        "reward_rules": "harbor",
+        "protected_paths": [],
+        "check_files": folder_tar(path / "tests", "tests"),
+        "check_file_paths": [],
+        "check_removed_paths": [],
+        "reference_patch": "",
+        "reference_script": "",
+        "solution_files": (
+            folder_tar(path / "solution", "solution") if (path / "solution").is_dir() else b""
+        ),
+        "stage_env": spec.env,
+        "agent_timeout": spec.agent_timeout,
+        "check_timeout": spec.verifier_timeout,
+        "cpus": spec.cpus,
+        "memory_bytes": spec.memory_bytes,
+        "network": spec.network,
+        "allow_root": True,
+        "source_dir": f"harbor:{path.resolve()}",
+        "build_context": b"",
+    }
+    values.update(_environment(path, spec, slug, image, build, base_images, progress, notes))
+    return values
+
+
+def _environment(path, spec: HarborSpec, slug, image, build, base_images, progress, notes) -> dict:
+    """The image (named, given with --image, or built from environment/Dockerfile), its
+    working folder and users, and the base: the working folder's files in the image."""
+    if not build:
+        raise TaskInvalid(
+            "environment",
+            "a Harbor task is imported where Docker is at hand (`manage.py import_tasks` on a "
+            "worker host): its working folder's files in the image are the base its diffs "
+            "are taken against",
+        )
+    from attempts.run.docker import runtime
+    from attempts.taskio import images as task_images
+
+    values: dict = {}
+    if image or spec.docker_image:
+        name = image or spec.docker_image
+        require_image(name, field="--image" if image else "environment.docker_image")
+        values["build_log"] = ""
+        if image:
+            notes.append(f"image: {image} (--image), in place of the task's own")
+    else:
+        mapping = task_images.base_mapping(base_images)
+        context, mapped = task_images.pack_context(path / "environment", mapping=mapping)
+        notes.extend(f"base image mapped: {line}" for line in mapped)
+        try:
+            name, log = task_images.build(context, progress=progress)
+        except task_images.ImageBuildFailed as exc:
+            raise TaskInvalid("environment/Dockerfile", task_images.failure_text(exc)) from None
+        notes.append(f"image: {name} (built from environment/Dockerfile)")
+        values["build_context"] = context
+        if log:  # built now; else the host had it, and the task keeps its last build's log
+            values["build_log"] = log
+    config = runtime.image_config(name) or {}
+    workdir = spec.workdir or config.get("workdir") or ""
+    if workdir.rstrip("/") in ("", "/"):
+        raise TaskInvalid(
+            "environment.workdir",
+            "the image has no WORKDIR and task.toml none: Boltz records the agent's changes "
+            "in its working folder, and / is the whole file system",
+        )
+    image_user = config.get("user") or "root"
+    agent_user = spec.agent_user or image_user
+    values.update(
+        image=name,
+        workdir=workdir,
+        agent_user=agent_user,
+        solution_user=spec.solution_user or agent_user,
+        check_user=spec.verifier_user or image_user,
+    )
+    values.update(_base(name, workdir, f"{slug}-{_digest(str(path.resolve()))}"))
+    return values
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def _base(image: str, workdir: str, slug: str) -> dict:
+    """A repository of the working folder's files as the image holds them."""
+    from attempts.run import changes
+    from attempts.run.docker import runtime
+
+    with tempfile.TemporaryDirectory(dir=settings.DATA_DIR) as scratch:
+        archive = Path(scratch) / "workdir.tar"
+        with archive.open("wb") as out:
+            present = runtime.image_folder_archive(image, workdir, out)
+        folder = Path(scratch) / "tree"
+        if present:
+            with archive.open("rb") as handle:
+                try:
+                    tree = changes.read_tree(
+                        iter(lambda: handle.read(1 << 20), b""),
+                        Path(scratch) / "read",
+                        max_bytes=settings.BOLTZ_MAX_TREE_BYTES,
+                        max_files=settings.BOLTZ_MAX_TREE_FILES,
+                        prefix=changes.archive_prefix(workdir),
+                    )
+                except changes.ChangesUnavailable as exc:
+                    raise TaskInvalid("environment.workdir", f"{workdir}: {exc.reason}") from None
+            folder = tree.root
+        else:
+            folder.mkdir()
+        repo_url = repos.repository_from_folder(folder, slug)
+    commit = repos.resolve_ref(repo_url, "HEAD")
+    return {"repo_url": repo_url, "base_ref": "HEAD", "base_commit": commit}

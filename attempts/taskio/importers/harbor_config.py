@@ -1,0 +1,546 @@
+"""Read a Harbor task folder's task.toml into a HarborSpec: every key Harbor defines is honoured,
+listed as ignored (with the reason), or refused with a TaskInvalid that names it.
+
+Pure logic: reads task.toml and looks at environment/ for a Dockerfile or a compose file; no
+Docker, no database.
+
+Schema, as read from Harbor's pydantic models (`TaskConfig` and its parts) in
+`src/harbor/models/task/config.py` of copies of harbor-framework/harbor (ex laude-institute):
+LegoX/harbor @ 73fd120e (schema 1.1: [task] package info, network_mode/allowed_hosts, healthcheck,
+skills_dir, mcp_servers) and AlienKevin/sprint @ 49e3cd77 (schema 1.4: os, workdir, tpu,
+[[steps]], [verifier.environment] / environment_mode, [[verifier.collect]], artifacts; its
+[verifier.continuous] looks fork-specific), the original 1.0 form in parsewave/parsewave-harness
+@ 29e9f502, and the docs at harborframework.com/docs/task-format, /docs/tasks/multi-step and
+/docs/tasks/managing-resources.
+
+    version | schema_version      str, informational ("1.0" ... "1.4")
+    source                        str, informational
+    artifacts                     list, ignored: files Harbor copies out after the run
+    multi_step_reward_strategy    ignored without [[steps]] (Harbor ignores it too)
+    [[steps]]                     refused: multi-step tasks
+    [task]      name ("org/name"), description, authors, keywords, version (all but name
+                informational)
+    [metadata]  free-form, informational; a string `title` (Boltz's own convention) is the title
+    [agent]     timeout_sec (600; schema >= 1.2 leaves it unset = no limit), user,
+                network_mode / allowed_hosts (phase override of [environment]'s network)
+    [verifier]  timeout_sec (600), env, user, network_mode / allowed_hosts, environment_mode
+                ("shared" | "separate"), [verifier.environment], [[verifier.collect]]
+    [solution]  env (the oracle runs solution/solve.sh as an agent: agent timeout and user)
+    [environment]
+                build_timeout_sec (600), docker_image, os ("linux" | "windows"), cpus (1),
+                memory_mb (2048) or memory ("2G", deprecated), storage_mb (10240) or storage
+                ("10G", deprecated), gpus (0), gpu_types, tpu, allow_internet (true,
+                deprecated), network_mode ("public" | "no-network" | "allowlist"),
+                allowed_hosts, mcp_servers, env (${VAR} / ${VAR:-default} resolved on the host),
+                skills_dir, healthcheck, workdir
+    environment/Dockerfile, or environment/docker-compose.yaml (a multi-container task)
+
+Harbor itself lets unknown keys through (pydantic's default); this reader refuses them, so a
+typo or a newer Harbor feature is not silently dropped.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attempts.core.errors import TaskInvalid
+
+MIB = 1024 * 1024
+DEFAULT_TIMEOUT = 600.0  # Harbor's agent, verifier and build default
+DEFAULT_CPUS = 1.0
+DEFAULT_MEMORY_MB = 2048
+COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
+INFORMATIONAL = "informational"
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)\s*([GMK])$")
+_NETWORK_MODES = ("public", "no-network", "allowlist")
+
+_TOP_KEYS = {
+    "version",
+    "schema_version",
+    "source",
+    "task",
+    "metadata",
+    "agent",
+    "verifier",
+    "solution",
+    "environment",
+    "steps",
+    "multi_step_reward_strategy",
+    "multi_step_reward_mode",
+    "artifacts",
+}
+_TASK_KEYS = {"name", "description", "authors", "keywords", "version"}
+_AGENT_KEYS = {"timeout_sec", "user", "network_mode", "allowed_hosts"}
+_VERIFIER_KEYS = {
+    "timeout_sec",
+    "env",
+    "user",
+    "network_mode",
+    "allowed_hosts",
+    "environment_mode",
+    "environment",
+    "collect",
+    "continuous",
+}
+_SOLUTION_KEYS = {"env"}
+_ENVIRONMENT_KEYS = {
+    "build_timeout_sec",
+    "docker_image",
+    "os",
+    "cpus",
+    "memory_mb",
+    "memory",
+    "storage_mb",
+    "storage",
+    "gpus",
+    "gpu_types",
+    "tpu",
+    "allow_internet",
+    "network_mode",
+    "allowed_hosts",
+    "mcp_servers",
+    "env",
+    "skills_dir",
+    "healthcheck",
+    "workdir",
+}
+
+
+@dataclass
+class HarborSpec:
+    name: str  # [task].name without "org/", else the folder's name
+    dataset: str  # the "org" of [task].name, else the name of the folder holding the task
+    title: str
+    agent_timeout: float  # seconds
+    verifier_timeout: float
+    build_timeout: float
+    solution_timeout: float  # Harbor has no solution timeout: the oracle is an agent
+    cpus: float
+    memory_bytes: int
+    storage_bytes: int | None
+    network: bool
+    docker_image: str  # "" when Harbor would build environment/Dockerfile
+    workdir: str  # "" = the image's WORKDIR
+    agent_user: str  # "" = the image's user
+    verifier_user: str  # "" = the image's user
+    solution_user: str  # the agent's: Harbor's oracle agent runs as [agent].user
+    env: dict[str, dict[str, str]]  # {"environment": ..., "verifier": ..., "solution": ...}
+    ignored: list[str] = field(default_factory=list)  # "key: why it is not used"
+
+
+def read_spec(folder: Path) -> HarborSpec:
+    """The spec of the Harbor task in `folder`; TaskInvalid(field, message) when Boltz cannot
+    run it as Harbor would (field is the dotted task.toml key, or the file, to fix)."""
+    folder = Path(folder).resolve()
+    config = _load(folder / "task.toml")
+    ignored: list[str] = []
+
+    _unknown(config, _TOP_KEYS, "")
+    if "steps" in config:
+        raise TaskInvalid(
+            "steps",
+            "[[steps]]: Harbor runs a multi-step task (one agent run and verifier per step against "
+            "a shared container); Boltz runs one instruction and one check per attempt",
+        )
+    for key in ("version", "schema_version"):
+        if key in config:
+            _string(config[key], key)
+            ignored.append(f"{key}: schema version, informational")
+    if "source" in config:
+        _string(config["source"], "source")
+        ignored.append(f"source: {INFORMATIONAL}")
+    for key in ("multi_step_reward_strategy", "multi_step_reward_mode"):
+        if key in config:
+            ignored.append(f"{key}: only applies to multi-step tasks ([[steps]])")
+    if "artifacts" in config:
+        if not isinstance(config["artifacts"], list):
+            raise TaskInvalid("artifacts", "expected a list of paths or artifact tables")
+        if config["artifacts"]:
+            ignored.append(
+                "artifacts: Boltz keeps the agent's changes and the check's output, "
+                "not extra files copied out of the container"
+            )
+
+    task = _table(config, "task")
+    _unknown(task, _TASK_KEYS, "task")
+    metadata = _table(config, "metadata")
+    agent = _table(config, "agent")
+    _unknown(agent, _AGENT_KEYS, "agent")
+    verifier = _table(config, "verifier")
+    _unknown(verifier, _VERIFIER_KEYS, "verifier")
+    solution = _table(config, "solution")
+    _unknown(solution, _SOLUTION_KEYS, "solution")
+    environment = _table(config, "environment")
+    _unknown(environment, _ENVIRONMENT_KEYS, "environment")
+
+    name, dataset = _names(task, folder, ignored)
+    title = name
+    for key, value in metadata.items():
+        if key == "title" and isinstance(value, str) and value.strip():
+            title = value.strip()
+        else:
+            ignored.append(f"metadata.{key}: {INFORMATIONAL}")
+
+    _refuse_unsupported_environment(folder, environment, ignored)
+    _refuse_separate_verifier(verifier, ignored)
+    network = _network(environment, "environment", ignored)
+    for section, table in (("agent", agent), ("verifier", verifier)):
+        _phase_network(table, section, network)
+
+    agent_timeout = _positive(agent, "timeout_sec", "agent", DEFAULT_TIMEOUT)
+    agent_user = _user(agent, "agent")
+    docker_image = _optional_string(environment, "docker_image", "environment")
+    if not docker_image and not (folder / "environment" / "Dockerfile").is_file():
+        raise TaskInvalid(
+            "environment.docker_image",
+            "neither docker_image nor environment/Dockerfile: Harbor needs one of the two "
+            "(a prebuilt image, or a Dockerfile to build)",
+        )
+    workdir = _optional_string(environment, "workdir", "environment")
+    if workdir and not workdir.startswith("/"):
+        raise TaskInvalid("environment.workdir", f"{workdir!r}: expected an absolute path")
+
+    return HarborSpec(
+        name=name,
+        dataset=dataset,
+        title=title,
+        agent_timeout=agent_timeout,
+        verifier_timeout=_positive(verifier, "timeout_sec", "verifier", DEFAULT_TIMEOUT),
+        build_timeout=_positive(environment, "build_timeout_sec", "environment", DEFAULT_TIMEOUT),
+        solution_timeout=agent_timeout,
+        cpus=float(_whole(environment, "cpus", "environment", DEFAULT_CPUS)),
+        memory_bytes=_size_mb(environment, "memory", "environment", DEFAULT_MEMORY_MB) * MIB,
+        storage_bytes=_optional_storage(environment),
+        network=network,
+        docker_image=docker_image,
+        workdir=workdir,
+        agent_user=agent_user,
+        verifier_user=_user(verifier, "verifier"),
+        solution_user=agent_user,
+        env={
+            "environment": _env(environment, "environment"),
+            "verifier": _env(verifier, "verifier"),
+            "solution": _env(solution, "solution"),
+        },
+        ignored=ignored,
+    )
+
+
+def parse_size_mb(raw: str) -> int:
+    """Harbor's memory/storage strings: '512M' -> 512, '2G' -> 2048, '1.5G' -> 1536, '4096K' -> 4
+    (case-insensitive; whole MB, rounded down as Harbor does). ValueError for anything else."""
+    match = _SIZE.match(raw.strip().upper())
+    if not match:
+        raise ValueError(f"{raw!r} is not a size (Harbor's forms: '512M', '2G', '1.5G')")
+    number, unit = float(match.group(1)), match.group(2)
+    return int(number * {"G": 1024, "M": 1, "K": 1 / 1024}[unit])
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+def _load(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise TaskInvalid("task.toml", "missing: a Harbor task folder holds task.toml")
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise TaskInvalid("task.toml", f"not valid TOML: {exc}") from None
+
+
+def _dotted(section: str, key: str) -> str:
+    return f"{section}.{key}" if section else key
+
+
+def _unknown(table: dict, known: set[str], section: str) -> None:
+    for key in table:
+        if key not in known:
+            where = f"[{section}]" if section else "the top level"
+            raise TaskInvalid(
+                _dotted(section, key),
+                f"unknown key {key!r}: Harbor's task.toml has no {key!r} at {where}",
+            )
+
+
+def _table(table: dict, key: str, section: str = "") -> dict:
+    value = table.get(key, {})
+    if not isinstance(value, dict):
+        raise TaskInvalid(_dotted(section, key), f"{value!r}: expected a table")
+    return value
+
+
+def _string(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise TaskInvalid(where, f"{value!r}: expected a string")
+    return value
+
+
+def _optional_string(table: dict, key: str, section: str) -> str:
+    if key not in table:
+        return ""
+    return _string(table[key], _dotted(section, key)).strip()
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _positive(table: dict, key: str, section: str, default: float) -> float:
+    if key not in table:
+        return float(default)
+    value = table[key]
+    if not _number(value) or value <= 0:
+        raise TaskInvalid(_dotted(section, key), f"{value!r}: expected a positive number")
+    return float(value)
+
+
+def _whole(table: dict, key: str, section: str, default: float, *, minimum: int = 1) -> int:
+    """A whole number (Harbor's int fields; 2.0 passes, as pydantic lets it)."""
+    if key not in table:
+        return int(default)
+    value = table[key]
+    if not _number(value) or value != int(value) or value < minimum:
+        expected = "a positive whole number" if minimum == 1 else "a whole number, 0 or more"
+        raise TaskInvalid(_dotted(section, key), f"{value!r}: expected {expected}")
+    return int(value)
+
+
+def _size_mb(table: dict, stem: str, section: str, default: int) -> int:
+    """`<stem>_mb` (whole MB) or the deprecated `<stem>` string; both must agree."""
+    mb_key = f"{stem}_mb"
+    from_mb = _whole(table, mb_key, section, default) if mb_key in table else None
+    from_string = None
+    if stem in table:
+        raw = _string(table[stem], _dotted(section, stem))
+        try:
+            from_string = parse_size_mb(raw)
+        except ValueError as exc:
+            raise TaskInvalid(_dotted(section, stem), str(exc)) from None
+        if from_string <= 0:
+            raise TaskInvalid(_dotted(section, stem), f"{raw!r}: expected at least 1M")
+    if from_mb is not None and from_string is not None and from_mb != from_string:
+        raise TaskInvalid(
+            _dotted(section, stem),
+            f"{table[stem]!r} ({from_string} MB) conflicts with {mb_key} = {from_mb}",
+        )
+    for value in (from_mb, from_string):
+        if value is not None:
+            return value
+    return default
+
+
+def _optional_storage(environment: dict) -> int | None:
+    if "storage_mb" not in environment and "storage" not in environment:
+        return None
+    return _size_mb(environment, "storage", "environment", 0) * MIB
+
+
+def _user(table: dict, section: str) -> str:
+    """Harbor's `user`: a user name or a UID; unset = the image's USER."""
+    if "user" not in table:
+        return ""
+    value = table["user"]
+    where = _dotted(section, "user")
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise TaskInvalid(where, f"{value!r}: expected a user name or a UID (0 or more)")
+        return str(value)
+    return _string(value, where).strip()
+
+
+def _env(table: dict, section: str) -> dict[str, str]:
+    env = _table(table, "env", section)
+    where = _dotted(section, "env")
+    for name, value in env.items():
+        if not _ENV_NAME.match(name):
+            raise TaskInvalid(
+                f"{where}.{name}",
+                f"{name!r}: expected a shell variable name ([A-Za-z_][A-Za-z0-9_]*)",
+            )
+        if not isinstance(value, str):
+            raise TaskInvalid(
+                f"{where}.{name}", f"{value!r}: expected a string (quote numbers and booleans)"
+            )
+    return dict(env)
+
+
+def _names(task: dict, folder: Path, ignored: list[str]) -> tuple[str, str]:
+    dataset = folder.parent.name
+    if "name" not in task:
+        if task:
+            raise TaskInvalid("task.name", "missing: Harbor's [task] table needs name = 'org/name'")
+        return folder.name, dataset
+    full = _string(task["name"], "task.name").strip()
+    parts = full.split("/")
+    if len(parts) > 2 or ".." in full or not all(_NAME_PART.match(part) for part in parts):
+        raise TaskInvalid(
+            "task.name",
+            f"{full!r}: expected 'org/name' (letters, digits, '.', '_', '-'; no '..')",
+        )
+    for key in ("description", "authors", "keywords", "version"):
+        if key in task:
+            ignored.append(f"task.{key}: {INFORMATIONAL}")
+    if len(parts) == 2:
+        return parts[1], parts[0]
+    return parts[0], dataset
+
+
+# --- what one Docker container without a GPU cannot honour -----------------------------------
+
+
+def _refuse_unsupported_environment(folder: Path, environment: dict, ignored: list[str]) -> None:
+    for filename in COMPOSE_FILES:
+        if (folder / "environment" / filename).is_file():
+            raise TaskInvalid(
+                f"environment/{filename}",
+                f"environment/{filename}: Harbor starts this Docker Compose project (the "
+                "task's container and its services); Boltz runs one container per attempt",
+            )
+    if "os" in environment:
+        os_name = _string(environment["os"], "environment.os").strip().lower()
+        if os_name == "windows":
+            raise TaskInvalid(
+                "environment.os",
+                "os = 'windows': Harbor runs a Windows container; Boltz runs Linux",
+            )
+        if os_name != "linux":
+            raise TaskInvalid("environment.os", f"{os_name!r}: expected 'linux' or 'windows'")
+    gpus = _whole(environment, "gpus", "environment", 0, minimum=0)
+    if gpus > 0:
+        raise TaskInvalid(
+            "environment.gpus",
+            f"gpus = {gpus}: Harbor attaches {gpus} GPU(s) to the container; Boltz gives no GPUs",
+        )
+    if "gpu_types" in environment:
+        value = environment["gpu_types"]
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise TaskInvalid("environment.gpu_types", f"{value!r}: expected a list of strings")
+        ignored.append("environment.gpu_types: no GPUs are requested (gpus is 0 or unset)")
+    if "tpu" in environment:
+        raise TaskInvalid(
+            "environment.tpu",
+            "[environment.tpu]: Harbor requests a TPU slice (GKE only); Boltz gives no TPUs",
+        )
+    if "healthcheck" in environment:
+        raise TaskInvalid(
+            "environment.healthcheck",
+            "[environment.healthcheck]: Harbor runs this command until it passes before the agent "
+            "starts; Boltz starts "
+            "the agent without a readiness check",
+        )
+    if "mcp_servers" in environment:
+        servers = environment["mcp_servers"]
+        if not isinstance(servers, list):
+            raise TaskInvalid("environment.mcp_servers", f"{servers!r}: expected a list of tables")
+        if servers:
+            raise TaskInvalid(
+                "environment.mcp_servers",
+                "mcp_servers: Harbor connects the agent to these MCP servers; Boltz does not "
+                "configure the agent's tools",
+            )
+        ignored.append("environment.mcp_servers: empty")
+    skills = _optional_string(environment, "skills_dir", "environment")
+    if skills:
+        raise TaskInvalid(
+            "environment.skills_dir",
+            f"skills_dir = {skills!r}: Harbor copies these skills into the agent's skills "
+            "directory; Boltz does not install skills into the agent",
+        )
+    if "skills_dir" in environment:
+        ignored.append("environment.skills_dir: empty")
+
+
+def _refuse_separate_verifier(verifier: dict, ignored: list[str]) -> None:
+    if "environment" in verifier:
+        raise TaskInvalid(
+            "verifier.environment",
+            "[verifier.environment]: Harbor runs the verifier in a separate container of its own; "
+            "Boltz checks in "
+            "the attempt's container",
+        )
+    if "environment_mode" in verifier:
+        mode = _string(verifier["environment_mode"], "verifier.environment_mode").strip()
+        if mode == "separate":
+            raise TaskInvalid(
+                "verifier.environment_mode",
+                "environment_mode = 'separate': Harbor runs the verifier in a separate "
+                "container; Boltz checks in the attempt's container",
+            )
+        if mode != "shared":
+            raise TaskInvalid(
+                "verifier.environment_mode", f"{mode!r}: expected 'shared' or 'separate'"
+            )
+    if "collect" in verifier:
+        hooks = verifier["collect"]
+        if not isinstance(hooks, list):
+            raise TaskInvalid("verifier.collect", f"{hooks!r}: expected a list of tables")
+        if hooks:
+            raise TaskInvalid(
+                "verifier.collect",
+                "Harbor runs these [[verifier.collect]] commands after the agent stops; "
+                "Boltz has no such hook",
+            )
+        ignored.append("verifier.collect: empty")
+    if "continuous" in verifier:
+        continuous = _table(verifier, "continuous", "verifier")
+        if continuous.get("enabled", False) is not False:
+            raise TaskInvalid(
+                "verifier.continuous",
+                "[verifier.continuous] is enabled: Harbor verifies submissions in a separate "
+                "container while the agent works; Boltz checks once, in the attempt's container",
+            )
+        ignored.append("verifier.continuous: not enabled")
+
+
+def _network_mode(table: dict, section: str) -> str | None:
+    """'public', 'no-network' or None (unset); refuses an allowlist."""
+    mode = None
+    if "network_mode" in table:
+        mode = _string(table["network_mode"], _dotted(section, "network_mode")).strip()
+        if mode not in _NETWORK_MODES:
+            raise TaskInvalid(
+                _dotted(section, "network_mode"),
+                f"{mode!r}: expected one of {', '.join(_NETWORK_MODES)}",
+            )
+    hosts = table.get("allowed_hosts", [])
+    if not isinstance(hosts, list) or not all(isinstance(host, str) for host in hosts):
+        raise TaskInvalid(_dotted(section, "allowed_hosts"), f"{hosts!r}: expected a list of hosts")
+    if mode == "allowlist" or hosts:
+        key = "network_mode" if mode == "allowlist" else "allowed_hosts"
+        raise TaskInvalid(
+            _dotted(section, key),
+            f"{key} = {table[key]!r}: Harbor lets the container reach only the allowed hosts; "
+            "Boltz gives a "
+            "container the whole network or none",
+        )
+    return mode
+
+
+def _network(environment: dict, section: str, ignored: list[str]) -> bool:
+    mode = _network_mode(environment, section)
+    if "allow_internet" in environment:
+        allow = environment["allow_internet"]
+        if not isinstance(allow, bool):
+            raise TaskInvalid("environment.allow_internet", f"{allow!r}: expected true or false")
+        if mode is None:
+            return allow
+        ignored.append("environment.allow_internet: environment.network_mode overrides it")
+    return mode != "no-network"  # Harbor's default is public
+
+
+def _phase_network(table: dict, section: str, network: bool) -> None:
+    mode = _network_mode(table, section)
+    if mode is not None and (mode == "public") != network:
+        raise TaskInvalid(
+            _dotted(section, "network_mode"),
+            f"network_mode = {mode!r}: Harbor changes the network for the {section} phase "
+            f"only; Boltz gives the {section} the container's network "
+            f"({'public' if network else 'none'})",
+        )

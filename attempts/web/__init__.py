@@ -1,0 +1,1 @@
+"""The pages: thin views over the services and selectors, their presenters and URL patterns."""
