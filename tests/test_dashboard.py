@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from attempts.core.agent_scores import pass_at_k
 from attempts.models import Attempt, CheckResult, Event, Task, TestOutcome
-from attempts.services.selectors import pass_at_k
 from tests.conftest import new_task
 
 pytestmark = pytest.mark.django_db
