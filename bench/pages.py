@@ -110,8 +110,8 @@ def main() -> None:
     from django.contrib.auth import get_user_model
     from django.test import Client
 
+    from attempts.core.diffview import split_files
     from attempts.models import Attempt, Event
-    from attempts.web.diffview import split_files
 
     task, attempt, diff_lines = build()
     client = Client()

@@ -31,6 +31,15 @@ def require(ok: bool, why: str) -> None:
         pytest.skip(why)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _this_hosts_docker():
+    """The test process plays a command on a Docker host (as `import_tasks` does): imports
+    here may ask this host's Docker about images. The web process never can."""
+    from attempts.run.image_builds import use_this_hosts_docker
+
+    use_this_hosts_docker()
+
+
 @pytest.fixture(scope="session")
 def docker_ready():
     from attempts.core.errors import InfrastructureError

@@ -9,10 +9,11 @@ import subprocess
 
 import pytest
 
+from attempts.core import diffview
 from attempts.models import Attempt, SandboxState
 from attempts.run import reaper
 from attempts.services.attempts import attempt_create
-from attempts.web import diffview, interdiff
+from attempts.web import interdiff
 from tests.conftest import ROOT, chromium, containers_of, signed_in_page, wait_finished
 
 PAGE_LIMIT = 3 * 1024 * 1024  # "no page weighs more than a few MB"

@@ -3,7 +3,7 @@
 import pytest
 import unidiff
 
-from attempts.web.diffview import plan_page, render_line, side_by_side, split_files
+from attempts.core.diffview import plan_page, render_line, side_by_side, split_files
 
 DIFF = """diff --git a/calc.py b/calc.py
 index 8e0d4ff..6119934 100644

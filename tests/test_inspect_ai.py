@@ -17,7 +17,6 @@ import sys
 
 import anyio
 import pytest
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from inspect_ai import Task, eval
 from inspect_ai.dataset import Sample
@@ -26,8 +25,8 @@ from inspect_ai.util import SandboxEnvironmentSpec, SandboxUserUnsupportedError,
 from inspect_ai.util._sandbox.self_check import *  # noqa: F403 - Inspect's conformance checks
 
 from attempts.api.tokens import token_create
-from attempts.dispatch.hosts import register_host
 from attempts.models import Attempt, EventKind, Status
+from attempts.run.heartbeat import register_this_host
 from boltz import AsyncClient, BoltzError, Client
 from boltz.inspect_ai import BoltzSandbox, BoltzSandboxEnvironment, boltz_check
 from tests.conftest import ROOT, agent_commands, wait_until
@@ -43,7 +42,7 @@ ROOT_ONLY = {
 
 def _account(web: str, name: str) -> tuple[str, str]:
     # The worker's images, as its reaper reports them (an emptied database forgot them).
-    register_host(settings.BOLTZ_HOST, settings.BOLTZ_MAX_SANDBOXES)
+    register_this_host()
     user = get_user_model().objects.create_user(name)
     _row, token = token_create(user=user)
     return web, token

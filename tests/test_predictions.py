@@ -12,13 +12,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.test import Client as PageClient
 
-from attempts.dispatch.hosts import register_host
 from attempts.models import Attempt, Evaluation, Outcome
+from attempts.run.heartbeat import register_this_host
 from attempts.services.predictions import (
     EMPTY_REASON,
     build_report,
@@ -325,7 +324,7 @@ def served(django_db_setup, django_db_blocker, redis_ready, repos):
 @pytest.mark.worker
 @pytest.mark.timeout(180)
 def test_the_sdk_evaluates_runs_and_the_dashboard_compares_them(worker, served):
-    register_host(settings.BOLTZ_HOST, 2)  # the images the web process checks rows against
+    register_this_host()  # the images the web process checks rows against
     assert httpx.post(f"{served}/api/evaluations", json={}).status_code == 401
     dataset = jsonl(rows(1, 2))  # the text of a rows file
     with sdk_client(served, "evaluator") as client:

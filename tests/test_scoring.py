@@ -208,7 +208,7 @@ def test_parse_junit_reads_pytest_reports():
 
 
 def test_node_ids_map_to_junit_names():
-    from attempts.run.scoring import junit_name
+    from attempts.core.test_ids import junit_name
 
     assert junit_name("tests/test_a.py::test_ok") == "tests.test_a::test_ok"
     assert junit_name("tests/test_a.py::TestX::test_y[1-2]") == "tests.test_a.TestX::test_y[1-2]"

@@ -18,6 +18,7 @@ from ninja.security import HttpBearer
 from attempts.api.errors import ERRORS, Error
 from attempts.api.pools import router as pools_router
 from attempts.api.tokens import callback_key, token_user
+from attempts.core.diffview import split_files
 from attempts.core.errors import TaskInvalid
 from attempts.exports.bundle import check_record
 from attempts.models import DONE_STATUSES, Attempt, CheckResult, Task
@@ -26,7 +27,6 @@ from attempts.services import sandboxes
 from attempts.services.callbacks import attempt_payload
 from attempts.services.sandboxes import ApiError, sandbox_for
 from attempts.taskio.from_image import has_check
-from attempts.web.diffview import split_files
 
 
 class TokenAuth(HttpBearer):

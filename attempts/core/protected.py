@@ -333,3 +333,16 @@ def reset_plan(
     parents = sorted({a for p in minimal for a in ancestors(p) if entries.get(a) == "dir"})
     folders = [p for p in minimal if entries.get(p) == "dir"]
     return ResetPlan(minimal, restore, parents, folders)
+
+
+def task_protection(task, base: Iterable[str]) -> Protection:
+    """A task's protected paths over its base tree's paths."""
+    return protection_for(
+        task.protected_paths,
+        task.check_file_paths,
+        task.check_removed_paths,
+        base=base,
+        check_command=task.check_command if task.layout != "harbor" else "",
+        agent_writes_tests=task.agent_writes_tests,
+        compiled_files=task.compiled_files,
+    )

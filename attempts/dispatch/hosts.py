@@ -2,18 +2,23 @@
 
 Read by the web process (the task form offers the images, imports check them) without ever
 asking Docker itself; each worker reports its own host when its reaper runs.
+
+A process on a Docker host (a worker, a command such as `import_tasks`) also registers that
+host's Docker here (`use_local_docker`, from attempts/run/image_builds.py), so imports there can
+build images and find unreported ones. The web process never imports the worker side, so it
+never has one.
 """
 
 from __future__ import annotations
 
-import os
 import time
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Protocol
 
 from django.db.models import Q
 from django.utils import timezone
 
-from attempts.core.errors import InfrastructureError
 from attempts.models import ACTIVE_STATUSES, Attempt, SandboxState, WorkerHost
 
 
@@ -34,17 +39,41 @@ def known_hosts() -> list[str]:
     return sorted(names)
 
 
-def register_host(host: str, capacity: int, *, images: bool = True) -> None:
-    """Record this worker's host as seen now, its capacity and (with `images`) the images it
-    has, for task forms."""
-    defaults = {"capacity": capacity, "last_seen": timezone.now()}
-    if images:
-        from attempts.run.docker import runtime  # only a worker registers its own host
+class HostDocker(Protocol):
+    """What a process on a Docker host may ask of that host's Docker (attempts.run.image_builds)."""
 
-        try:
-            defaults["images"] = runtime.list_image_names()
-        except InfrastructureError:
-            defaults["images"] = []
+    def image_exists(self, name: str) -> bool: ...
+
+    def build(
+        self, context: bytes, *, progress: Callable[[str], None] | None = None
+    ) -> tuple[str, str]: ...
+
+    def image_config(self, name: str) -> dict | None: ...
+
+    def workdir_base(self, image: str, workdir: str, slug: str) -> dict: ...
+
+
+_local_docker: HostDocker | None = None
+
+
+def use_local_docker(docker: HostDocker | None) -> None:
+    """This process runs on a Docker host and may use its Docker (None: it may not)."""
+    global _local_docker
+    _local_docker = docker
+
+
+def local_docker() -> HostDocker | None:
+    """The Docker of the host this process runs on, if it registered one; never in the web
+    process."""
+    return _local_docker
+
+
+def register_host(host: str, capacity: int, *, images: list[str] | None = None) -> None:
+    """Record a worker's host as seen now, its capacity and (when given) the images it has,
+    for task forms."""
+    defaults: dict = {"capacity": capacity, "last_seen": timezone.now()}
+    if images is not None:
+        defaults["images"] = images
     WorkerHost.objects.update_or_create(name=host, defaults=defaults)
 
 
@@ -85,13 +114,10 @@ def known_images() -> list[str]:
 
 
 def image_known(name: str) -> bool:
-    """Does a worker host have this image? Reported hosts answer first; outside the web process
-    (a worker, the command line on a Docker host) the local Docker is asked too. The web
-    process never asks Docker: it holds no Docker socket."""
+    """Does a worker host have this image? Reported hosts answer first; a process on a Docker
+    host (a worker, the command line there) asks its own Docker too. The web process never
+    asks Docker: it holds no Docker socket."""
     if name in known_images():
         return True
-    if os.environ.get("BOLTZ_ROLE") == "web":
-        return False
-    from attempts.run.docker import runtime
-
-    return runtime.image_exists(name)
+    docker = local_docker()
+    return docker is not None and docker.image_exists(name)

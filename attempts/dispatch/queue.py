@@ -4,7 +4,7 @@ Services, views and commands enqueue through these functions (after the transact
 no worker sees a row that is not there yet) and never import the tasks module: the web process
 loads neither the runner nor Docker. Work for a live sandbox goes to the queue of the host that
 owns its container. (An API call on a live sandbox is not a task: it is an operation call,
-opcalls.py.)
+dispatch/calls.py.)
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def callbacks_queue() -> str:
     return f"{settings.BOLTZ_QUEUE}.callbacks"
 
 
-def send(name: str, args: list, *, queue: str, **options) -> None:
+def send_on_commit(name: str, args: list, *, queue: str, **options) -> None:
     """Send a task by name once the current transaction commits."""
     transaction.on_commit(lambda: app.send_task(name, args=args, queue=queue, **options))
 
@@ -43,7 +43,7 @@ def send(name: str, args: list, *, queue: str, **options) -> None:
 def enqueue_attempt(attempt: Attempt, *, queue: str | None = None) -> None:
     """Any host with room runs it; the worker's time limits follow its stage limits."""
     budget = attempt_budget(attempt)
-    send(
+    send_on_commit(
         RUN_ATTEMPT,
         [attempt.pk],
         queue=queue or settings.BOLTZ_QUEUE,
@@ -53,11 +53,11 @@ def enqueue_attempt(attempt: Attempt, *, queue: str | None = None) -> None:
 
 
 def enqueue_recheck(attempt: Attempt, *, by: str) -> None:
-    send(RECHECK, [attempt.pk, by], queue=host_queue(attempt.host))
+    send_on_commit(RECHECK, [attempt.pk, by], queue=host_queue(attempt.host))
 
 
 def enqueue_sandbox_removal(attempt_id: int, *, host: str) -> None:
-    send(REMOVE_SANDBOX, [attempt_id], queue=host_queue(host))
+    send_on_commit(REMOVE_SANDBOX, [attempt_id], queue=host_queue(host))
 
 
 def enqueue_reap(host: str) -> None:
@@ -68,7 +68,7 @@ def enqueue_reap(host: str) -> None:
 def enqueue_sandbox(attempt: Attempt) -> None:
     """An API sandbox waits for a host with room like any attempt, then is held open."""
     budget = attempt_budget(attempt)
-    send(
+    send_on_commit(
         HOLD_SANDBOX,
         [attempt.pk],
         queue=settings.BOLTZ_QUEUE,

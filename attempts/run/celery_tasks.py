@@ -1,4 +1,5 @@
-"""Celery tasks: thin. Each takes ids and calls one function; queueing.py names them."""
+"""Celery tasks: thin. Each takes ids and calls one function; attempts/dispatch/queue.py names them.
+Only worker processes import this module (Celery's `imports`, boltz_web/celery.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,12 @@ from attempts.models import Attempt, SandboxState
 from attempts.run import director as runner
 from attempts.run import reaper
 from attempts.run.docker import runtime
+from attempts.run.image_builds import use_this_hosts_docker
 
 log = logging.getLogger(__name__)
+
+# A worker runs on a Docker host: the imports it runs may build and inspect images there.
+use_this_hosts_docker()
 
 
 @shared_task(name=queueing.RUN_ATTEMPT, bind=True, acks_late=True, max_retries=None)
@@ -87,12 +92,12 @@ HEARTBEAT_SECONDS = 2
 
 def _heartbeat() -> None:
     """Say the host is alive, and watch its attempts' workers: one that went silent is lost."""
-    from attempts.dispatch.hosts import register_host
+    from attempts.run.heartbeat import register_this_host
 
     beats = 0
     while True:
         try:
-            register_host(settings.BOLTZ_HOST, settings.BOLTZ_MAX_SANDBOXES, images=False)
+            register_this_host(images=False)
             if beats % 3 == 0:
                 reaper.reap_silent(settings.BOLTZ_HOST)
         except Exception:  # noqa: BLE001 - a missed beat is retried; it must never stop

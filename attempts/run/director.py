@@ -55,10 +55,10 @@ from attempts.run.docker.runtime import (
     remove_attempt_containers,
 )
 from attempts.run.heartbeat import beating
+from attempts.run.image_builds import ensure_task_image
 from attempts.run.session import CommandRun, SandboxSession, files_tar, update_attempt
 from attempts.run.trees import AttemptTrees
 from attempts.services.callbacks import attempt_ended
-from attempts.taskio import images as task_images
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ class AttemptRunner:
                     data={**progress.data, "progress": line[:300]}
                 )
 
-        built = task_images.ensure_task_image(task, progress=on_line)
+        built = ensure_task_image(task, progress=on_line)
         Event.objects.filter(pk=progress.pk).update(data=progress.data)
         self.timeline.add(
             EventKind.LIFECYCLE,

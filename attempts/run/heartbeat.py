@@ -1,4 +1,5 @@
-"""Signs of life of the worker process that runs an attempt or holds a sandbox.
+"""Signs of life: of the worker process that runs an attempt or holds a sandbox, and of a
+worker's host (`register_this_host`, read by attempts/dispatch/hosts.py).
 
 While it runs, a thread of that process writes `Attempt.heartbeat_at` every few seconds. A
 process that dies (killed, out of memory) stops writing, and its host's operations worker,
@@ -11,10 +12,14 @@ import contextlib
 import logging
 import threading
 
+from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from attempts.core.errors import InfrastructureError
+from attempts.dispatch import hosts
 from attempts.models import Attempt
+from attempts.run.docker import runtime
 
 log = logging.getLogger(__name__)
 
@@ -45,3 +50,14 @@ def beating(attempt_id: int):
     finally:
         done.set()
         thread.join(timeout=BEAT_SECONDS * 2)
+
+
+def register_this_host(*, images: bool = True) -> None:
+    """Say this worker's host is alive now, with its capacity and (with `images`) its images."""
+    names = None
+    if images:
+        try:
+            names = runtime.list_image_names()
+        except InfrastructureError:
+            names = []
+    hosts.register_host(settings.BOLTZ_HOST, settings.BOLTZ_MAX_SANDBOXES, images=names)

@@ -13,10 +13,10 @@ from django.db.models import Q
 from django.utils import timezone
 
 from attempts.core.timeline import Timeline
-from attempts.dispatch.hosts import register_host
 from attempts.models import ACTIVE_STATUSES, DONE_STATUSES, Attempt, EventKind, SandboxState
 from attempts.run.director import mark_infra_error
 from attempts.run.docker import runtime
+from attempts.run.heartbeat import register_this_host
 from attempts.services.deletion import attempt_delete, sandbox_delete
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def reap_host(host: str | None = None, now=None) -> dict:
     host = host or settings.BOLTZ_HOST
     now = now or timezone.now()
     if host == settings.BOLTZ_HOST:
-        register_host(host, settings.BOLTZ_MAX_SANDBOXES)
+        register_this_host()
     lost = 0
     stuck = Attempt.objects.filter(host=host, status__in=ACTIVE_STATUSES, deadline_at__lt=now)
     for attempt in stuck:

@@ -10,6 +10,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from attempts.core.test_ids import junit_name
+
 REWARD_TXT = "reward.txt"
 REWARD_JSON = "reward.json"
 
@@ -110,18 +112,6 @@ def parse_junit(data: bytes) -> list[TestCase]:
             duration = 0.0
         cases.append(TestCase(full[:1000], outcome, duration, message))
     return cases
-
-
-def junit_name(test_id: str) -> str:
-    """A pytest node id as the name Boltz gives the JUnit test case:
-    'tests/test_x.py::TestA::test_b[1]' -> 'tests.test_x.TestA::test_b[1]'."""
-    if "::" not in test_id:
-        return test_id
-    path, *rest = test_id.split("::")
-    module = path[:-3] if path.endswith(".py") else path
-    module = module.replace("/", ".")
-    *classes, name = rest
-    return "::".join([".".join([module, *classes]), name])
 
 
 def _failing(tests: list[TestCase], names: list[str] | None = None) -> list[str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import secrets
 import shutil
 import tempfile
-from collections.abc import Iterable
 from pathlib import Path
 
 from django.conf import settings
@@ -18,26 +17,13 @@ from django.core.files.storage import default_storage
 
 from attempts.core import runner_reach
 from attempts.core.errors import InfrastructureError, TaskInvalid
-from attempts.core.protected import Protection, protection_for
+from attempts.core.protected import Protection, task_protection
 from attempts.exports.workspace import filter_workspace
 from attempts.models import Actor, Attempt, EventKind
 from attempts.run import changes
 from attempts.run.changes import ChangesUnavailable
 from attempts.run.session import SandboxSession, update_attempt
 from attempts.taskio import repos
-
-
-def task_protection(task, base: Iterable[str]) -> Protection:
-    """A task's protected paths over its base tree's paths."""
-    return protection_for(
-        task.protected_paths,
-        task.check_file_paths,
-        task.check_removed_paths,
-        base=base,
-        check_command=task.check_command if task.layout != "harbor" else "",
-        agent_writes_tests=task.agent_writes_tests,
-        compiled_files=task.compiled_files,
-    )
 
 
 class AttemptTrees:

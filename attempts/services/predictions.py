@@ -36,6 +36,7 @@ from django.utils import timezone
 
 from attempts.core.agents import PATCH_FILE, PATCH_NOT_APPLIED, not_applied_reason
 from attempts.core.errors import TaskInvalid
+from attempts.core.test_ids import junit_name
 from attempts.core.timeline import Timeline
 from attempts.models import (
     DONE_STATUSES,
@@ -50,7 +51,6 @@ from attempts.models import (
     Task,
     TestOutcome,
 )
-from attempts.run.scoring import junit_name
 from attempts.services import attempts as services
 from attempts.taskio.importers import import_path
 

@@ -15,10 +15,11 @@ from django.db import transaction
 from django.utils.text import slugify
 
 from attempts.core import runner_reach
-from attempts.core.errors import TaskInvalid
-from attempts.core.protected import PatternError, check_pattern
-from attempts.dispatch.hosts import image_known
+from attempts.core.errors import ImageBuildFailed, TaskInvalid
+from attempts.core.protected import PatternError, check_pattern, task_protection
+from attempts.dispatch.hosts import image_known, local_docker
 from attempts.models import Task
+from attempts.taskio import images as task_images
 from attempts.taskio import repos
 from boltz_web.env_values import parse_bytes, parse_seconds
 
@@ -167,8 +168,6 @@ def check_reference_is_honest(
     patch = values.get("reference_patch") or ""
     if not patch.strip():
         return
-    from attempts.run.trees import task_protection  # the protection an attempt's check uses
-
     fields = {
         **_TASK_DEFAULTS,
         **{name: getattr(task, name) for name in _TASK_DEFAULTS if hasattr(task, name)},
@@ -388,16 +387,15 @@ def _dockerfile_image(directory: Path, image: str, options: dict) -> dict:
         return {}
     if image:
         raise TaskInvalid("image", f"give either image or a {found[0]}, not both")
-    from attempts.taskio import images as task_images
-
     folder = (directory / found[0]).parent
     mapping = task_images.base_mapping(options.get("base_images"))
     context, _mapped = task_images.pack_context(folder, mapping=mapping)
     values = {"image": task_images.context_tag(context), "build_context": context, "build_log": ""}
-    if options.get("build"):
+    docker = local_docker()
+    if options.get("build") and docker is not None:
         try:
-            _tag, values["build_log"] = task_images.build(context, progress=options.get("progress"))
-        except task_images.ImageBuildFailed as exc:
+            _tag, values["build_log"] = docker.build(context, progress=options.get("progress"))
+        except ImageBuildFailed as exc:
             raise TaskInvalid(found[0], task_images.failure_text(exc)) from None
     return values
 

@@ -7,25 +7,21 @@ host, whichever tasks share it, and a changed Dockerfile gets a new image. The w
 (at import on the importing host, or before the first attempt on any other), one build per
 host at a time, with the build's lines streamed to a progress callback and kept in the task's
 build log. A build that fails refuses the task, or ends its attempts, with the build's last
-lines. Worker-side: it drives Docker.
+lines. Packing is here; building drives Docker, on the worker side (attempts/run/image_builds.py).
 """
 
 from __future__ import annotations
 
-import fcntl
 import gzip
 import hashlib
 import io
 import re
 import tarfile
-from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
 
 from attempts.core.errors import ImageBuildFailed, TaskInvalid
-from attempts.models import Task
-from attempts.run.docker import runtime
 
 REPOSITORY = "boltz-task"
 DOCKERFILE = "Dockerfile"
@@ -118,69 +114,7 @@ def context_tag(context: bytes) -> str:
     return f"{REPOSITORY}:{hashlib.sha256(context).hexdigest()[:20]}"
 
 
-class _BuildLog:
-    """The lines of one build: streamed to `progress`, the last of them kept."""
-
-    def __init__(self, progress: Callable[[str], None] | None):
-        self.progress = progress
-        self.lines: list[str] = []
-
-    def __call__(self, line: str) -> None:
-        line = line.rstrip()
-        if not line:
-            return
-        self.lines.append(line)
-        if self.progress:
-            self.progress(line)
-
-    def text(self) -> str:
-        text = "\n".join(self.lines)
-        return text[-LOG_KEPT_BYTES:]
-
-    def tail(self) -> str:
-        return "\n".join(self.lines[-TAIL_LINES:])
-
-
-def build(context: bytes, *, progress: Callable[[str], None] | None = None) -> tuple[str, str]:
-    """Build `context` on this host unless its image is here already; (tag, build log). One
-    build of a context at a time per host: a second caller waits, then finds the image.
-    ImageBuildFailed carries the build's last lines."""
-    tag = context_tag(context)
-    if runtime.image_exists(tag):
-        return tag, ""
-    locks = settings.DATA_DIR / "locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    with (locks / f"build-{tag.split(':')[1]}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if runtime.image_exists(tag):
-            return tag, ""
-        log = _BuildLog(progress)
-        try:
-            runtime.build_image(
-                context, tag=tag, labels={"boltz.context": tag.split(":")[1]}, on_line=log
-            )
-        except ImageBuildFailed as exc:
-            raise ImageBuildFailed(exc.reason, log.tail()) from None
-        return tag, log.text()
-
-
 def failure_text(exc: ImageBuildFailed) -> str:
     return f"the image build failed: {exc.reason}" + (
         f"; its last lines:\n{exc.tail}" if exc.tail else ""
     )
-
-
-def ensure_task_image(task: Task, *, progress: Callable[[str], None] | None = None) -> bool:
-    """Make sure this host has the task's image, building it from the task's Dockerfile when
-    it has one; True when it was built now. A failed build is kept in the task's build log and
-    raises TaskInvalid with the build's last lines."""
-    if not task.build_context:
-        return False
-    try:
-        _tag, log = build(bytes(task.build_context), progress=progress)
-    except ImageBuildFailed as exc:
-        Task.objects.filter(pk=task.pk).update(build_log=failure_text(exc))
-        raise TaskInvalid("environment", failure_text(exc)) from None
-    if log:
-        Task.objects.filter(pk=task.pk).update(build_log=log)
-    return bool(log)

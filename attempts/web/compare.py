@@ -13,10 +13,11 @@ from django.http import Http404, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, render
 from django.utils.html import format_html
 
+from attempts.core import diffview
+from attempts.core.diffview import DiffFile
 from attempts.models import Attempt, EventKind, Task
 from attempts.services.selectors import latest_checks
-from attempts.web import auth, diffview, interdiff, patches
-from attempts.web.diffview import DiffFile
+from attempts.web import auth, interdiff, patches
 
 view_required = permission_required(auth.VIEW, raise_exception=True)
 

@@ -16,9 +16,9 @@ import unidiff
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 
+from attempts.core import diffview
+from attempts.core.diffview import DiffFile
 from attempts.models import Attempt
-from attempts.web import diffview
-from attempts.web.diffview import DiffFile
 
 # Below this many bytes the database copy is the whole patch and is parsed as it is.
 SMALL_PATCH_BYTES = 2 * 1024 * 1024

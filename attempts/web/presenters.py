@@ -522,7 +522,7 @@ def _meaning(attempt, check) -> str:
 def verdict_summary(attempt, check, *, diff: str | None = None) -> Verdict:
     """The summary at the top of the attempt page. `check`: its latest check (or None);
     `diff`: the attempt's diff if the caller has it (else it is read when small)."""
-    from attempts.web import diffview
+    from attempts.core import diffview
     from attempts.web.patches import patch_files
 
     lines = attempt.task.instruction.strip().split("\n")

@@ -2,8 +2,8 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from attempts.web import actions, views
+from attempts.web import evaluations as views_runs
 from attempts.web import pools as views_pools
-from attempts.web import runs as views_runs
 from attempts.web import scores as views_scores
 
 app_name = "attempts"

@@ -19,6 +19,7 @@ from django.http import (
 )
 from django.shortcuts import get_object_or_404, render
 
+from attempts.core import diffview
 from attempts.exports.bundle import bundle_filename
 from attempts.exports.datasets import (
     CHOICES,
@@ -49,7 +50,7 @@ from attempts.services.selectors import (
     task_rows,
     test_grid,
 )
-from attempts.web import auth, diffview, patches
+from attempts.web import auth, patches
 from attempts.web import compare as views_compare
 from attempts.web.presenters import MAX_OPEN, render_timeline, verdict_summary
 
@@ -340,7 +341,7 @@ def raw_output(request, pk, name):
     return response
 
 
-# The compare page lives in views_compare.py; named here for the URLs.
+# The compare page lives in compare.py; named here for the URLs.
 compare = views_compare.compare
 
 

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from attempts.core.errors import InfrastructureError
-from attempts.run.docker.image import build_default_image
+from attempts.run.docker.sandbox_image import build_default_image
 
 
 class Command(BaseCommand):

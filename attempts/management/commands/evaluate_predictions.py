@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from attempts.core.errors import TaskInvalid
+from attempts.run.image_builds import use_this_hosts_docker
 from attempts.services.predictions import (
     evaluation_refresh,
     evaluation_start,
@@ -49,6 +50,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, predictions, dataset, repos, image, run_id, report_dir, url, **opts):
+        use_this_hosts_docker()  # a command on a Docker host: imports may use it
         for option, path in (("predictions", predictions), ("--dataset", dataset)):
             if not path.is_file():
                 raise CommandError(f"{option} {path}: not a file")

@@ -4,6 +4,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from attempts.core.errors import TaskInvalid
+from attempts.run.image_builds import use_this_hosts_docker
 from attempts.taskio.importers import import_path
 
 
@@ -45,6 +46,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, path, repos, image, test_cmd, base_image, **options):
+        use_this_hosts_docker()  # a command on a Docker host: imports may use it
         if not path.exists():
             raise CommandError(f"{path} does not exist")
 

@@ -3,6 +3,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from attempts.core.errors import InfrastructureError, TaskInvalid
+from attempts.run.image_builds import use_this_hosts_docker
 from attempts.taskio.folders import load_task_dir
 
 
@@ -13,6 +14,7 @@ class Command(BaseCommand):
         parser.add_argument("directories", nargs="+", type=Path)
 
     def handle(self, *args, directories, **options):
+        use_this_hosts_docker()  # a command on a Docker host: imports may use it
         failed = 0
         for directory in directories:
             try:

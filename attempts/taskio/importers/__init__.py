@@ -16,17 +16,11 @@ from pathlib import Path
 from django.conf import settings
 from django.db import transaction
 
-from attempts.core.errors import InfrastructureError, TaskInvalid
+from attempts.core.errors import TaskInvalid
 from attempts.models import Task
 from attempts.taskio.archives import ArchiveRefused, safe_extract
-
-
-@dataclass
-class ImportItem:
-    source: str  # where it came from: a folder, or FILE:LINE
-    values: dict | None = None  # Task fields, when it could be read
-    refused: str = ""  # why not, otherwise
-    notes: list[str] = field(default_factory=list)  # keys ignored, images built or mapped
+from attempts.taskio.importers import boltz_dirs, harbor, swebench
+from attempts.taskio.importers.items import ImportItem
 
 
 @dataclass
@@ -75,7 +69,6 @@ def detect(path: Path) -> str:
 
 
 def read_items(path: Path, **options) -> list[ImportItem]:
-    from attempts.taskio.importers import boltz_dirs, harbor, swebench
 
     kind = detect(path)
     if kind == "swebench":
@@ -135,13 +128,3 @@ def unique_slug(slug: str, dataset: str, source: str) -> str:
         return slug
     taken = Task.objects.filter(slug=slug).exclude(source_dir=source).exists()
     return f"{dataset}-{slug}"[:100] if taken else slug
-
-
-def guarded(source: str, build) -> ImportItem:
-    """Run one task's reader; a refusal becomes a reported item, never an exception."""
-    try:
-        return ImportItem(source, values=build())
-    except TaskInvalid as exc:
-        return ImportItem(source, refused=f"{exc.field}: {exc.message}")
-    except InfrastructureError as exc:
-        return ImportItem(source, refused=f"could not check it: {exc.reason}")

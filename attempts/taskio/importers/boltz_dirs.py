@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attempts.taskio.folders import read_task_dir
-from attempts.taskio.importers import ImportItem, guarded
+from attempts.taskio.importers.items import ImportItem, guarded
 
 
 def read_one(path: Path, **options) -> ImportItem:

@@ -25,17 +25,17 @@ from __future__ import annotations
 import hashlib
 import io
 import tarfile
-import tempfile
 from pathlib import Path
 
 from django.conf import settings
 from django.utils.text import slugify
 
-from attempts.core.errors import NETWORK_TASKS_OFF, TaskInvalid
-from attempts.taskio import repos
+from attempts.core.errors import NETWORK_TASKS_OFF, ImageBuildFailed, TaskInvalid
+from attempts.dispatch.hosts import local_docker
+from attempts.taskio import images as task_images
 from attempts.taskio.folders import require_image
-from attempts.taskio.importers import ImportItem, guarded
 from attempts.taskio.importers.harbor_config import HarborSpec, read_spec
+from attempts.taskio.importers.items import ImportItem, guarded
 
 CHECK = "bash /tests/test.sh"
 
@@ -132,15 +132,14 @@ def task_values(
 def _environment(path, spec: HarborSpec, slug, image, build, base_images, progress, notes) -> dict:
     """The image (named, given with --image, or built from environment/Dockerfile), its
     working folder and users, and the base: the working folder's files in the image."""
-    if not build:
+    docker = local_docker()
+    if not build or docker is None:
         raise TaskInvalid(
             "environment",
             "a Harbor task is imported where Docker is at hand (`manage.py import_tasks` on a "
             "worker host): its working folder's files in the image are the base its diffs "
             "are taken against",
         )
-    from attempts.run.docker import runtime
-    from attempts.taskio import images as task_images
 
     values: dict = {}
     if image or spec.docker_image:
@@ -154,14 +153,14 @@ def _environment(path, spec: HarborSpec, slug, image, build, base_images, progre
         context, mapped = task_images.pack_context(path / "environment", mapping=mapping)
         notes.extend(f"base image mapped: {line}" for line in mapped)
         try:
-            name, log = task_images.build(context, progress=progress)
-        except task_images.ImageBuildFailed as exc:
+            name, log = docker.build(context, progress=progress)
+        except ImageBuildFailed as exc:
             raise TaskInvalid("environment/Dockerfile", task_images.failure_text(exc)) from None
         notes.append(f"image: {name} (built from environment/Dockerfile)")
         values["build_context"] = context
         if log:  # built now; else the host had it, and the task keeps its last build's log
             values["build_log"] = log
-    config = runtime.image_config(name) or {}
+    config = docker.image_config(name) or {}
     workdir = spec.workdir or config.get("workdir") or ""
     if workdir.rstrip("/") in ("", "/"):
         raise TaskInvalid(
@@ -178,39 +177,9 @@ def _environment(path, spec: HarborSpec, slug, image, build, base_images, progre
         solution_user=spec.solution_user or agent_user,
         check_user=spec.verifier_user or image_user,
     )
-    values.update(_base(name, workdir, f"{slug}-{_digest(str(path.resolve()))}"))
+    values.update(docker.workdir_base(name, workdir, f"{slug}-{_digest(str(path.resolve()))}"))
     return values
 
 
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:8]
-
-
-def _base(image: str, workdir: str, slug: str) -> dict:
-    """A repository of the working folder's files as the image holds them."""
-    from attempts.run import changes
-    from attempts.run.docker import runtime
-
-    with tempfile.TemporaryDirectory(dir=settings.DATA_DIR) as scratch:
-        archive = Path(scratch) / "workdir.tar"
-        with archive.open("wb") as out:
-            present = runtime.image_folder_archive(image, workdir, out)
-        folder = Path(scratch) / "tree"
-        if present:
-            with archive.open("rb") as handle:
-                try:
-                    tree = changes.read_tree(
-                        iter(lambda: handle.read(1 << 20), b""),
-                        Path(scratch) / "read",
-                        max_bytes=settings.BOLTZ_MAX_TREE_BYTES,
-                        max_files=settings.BOLTZ_MAX_TREE_FILES,
-                        prefix=changes.archive_prefix(workdir),
-                    )
-                except changes.ChangesUnavailable as exc:
-                    raise TaskInvalid("environment.workdir", f"{workdir}: {exc.reason}") from None
-            folder = tree.root
-        else:
-            folder.mkdir()
-        repo_url = repos.repository_from_folder(folder, slug)
-    commit = repos.resolve_ref(repo_url, "HEAD")
-    return {"repo_url": repo_url, "base_ref": "HEAD", "base_commit": commit}

@@ -23,7 +23,7 @@ from attempts.core.errors import TaskInvalid
 from attempts.core.protected import glob_literal
 from attempts.taskio import repos
 from attempts.taskio.folders import check_reference_is_honest, reference_applies_in, require_image
-from attempts.taskio.importers import ImportItem, guarded
+from attempts.taskio.importers.items import ImportItem, guarded
 
 REQUIRED = (
     "instance_id",
