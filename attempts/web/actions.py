@@ -3,6 +3,8 @@ shows what will happen; the confirming POST (CSRF-checked) does it. Each calls o
 
 from __future__ import annotations
 
+import functools
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.http import Http404
@@ -113,40 +115,52 @@ def start_attempts(request, slug):
     return redirect(task.get_absolute_url())
 
 
-@login_required
-@permission_required(auth.CONTROL, raise_exception=True)
-@visit_or_post
-def cancel_attempt(request, pk):
-    attempt = attempt_or_404(pk)
-    if not _confirmed(request):
-        return _confirm(
-            request,
-            title=f"Cancel {attempt}?",
-            explanation="Its processes and container stop; the outcome says "
-            "cancelled, and by whom.",
-            button="Cancel attempt",
-            danger=True,
-            back=attempt.get_absolute_url(),
-        )
+def _attempt_action(permission: str, confirmation):
+    """A view over one attempt behind a confirmation: `confirmation(attempt, **kwargs)` says
+    what will happen (title, explanation, button, danger); the view does it when confirmed."""
+
+    def wrap(view):
+        @login_required
+        @permission_required(permission, raise_exception=True)
+        @visit_or_post
+        @functools.wraps(view)
+        def action(request, pk, **kwargs):
+            attempt = attempt_or_404(pk)
+            said = confirmation(attempt, **kwargs)
+            if not _confirmed(request):
+                return _confirm(request, back=attempt.get_absolute_url(), **said)
+            return view(request, attempt, **kwargs)
+
+        return action
+
+    return wrap
+
+
+@_attempt_action(
+    auth.CONTROL,
+    lambda attempt: {
+        "title": f"Cancel {attempt}?",
+        "explanation": "Its processes and container stop; the outcome says cancelled, and by whom.",
+        "button": "Cancel attempt",
+        "danger": True,
+    },
+)
+def cancel_attempt(request, attempt):
     if not services.attempt_cancel(attempt=attempt, by=request.user.get_username()):
         messages.info(request, "The attempt had already ended.")
     return redirect(attempt.get_absolute_url())
 
 
-@login_required
-@permission_required(auth.CONTROL, raise_exception=True)
-@visit_or_post
-def rerun_attempt(request, pk):
-    attempt = attempt_or_404(pk)
-    if not _confirmed(request):
-        return _confirm(
-            request,
-            title=f"Re-run {attempt}?",
-            explanation=f"A new attempt at {attempt.task.slug} with the same agent "
-            f"({attempt.agent}), command and files.",
-            button="Re-run",
-            back=attempt.get_absolute_url(),
-        )
+@_attempt_action(
+    auth.CONTROL,
+    lambda attempt: {
+        "title": f"Re-run {attempt}?",
+        "explanation": f"A new attempt at {attempt.task.slug} with the same agent "
+        f"({attempt.agent}), command and files.",
+        "button": "Re-run",
+    },
+)
+def rerun_attempt(request, attempt):
     try:
         new = services.attempt_rerun(attempt=attempt, by=request.user.get_username())
     except TaskInvalid as exc:
@@ -155,20 +169,16 @@ def rerun_attempt(request, pk):
     return redirect(new.get_absolute_url())
 
 
-@login_required
-@permission_required(auth.CONTROL, raise_exception=True)
-@visit_or_post
-def recheck_attempt(request, pk):
-    attempt = attempt_or_404(pk)
-    if not _confirmed(request):
-        return _confirm(
-            request,
-            title=f"Re-check {attempt}?",
-            explanation="The check runs again on the same final files in the kept "
-            "sandbox; the new result is kept beside the old.",
-            button="Re-check",
-            back=attempt.get_absolute_url(),
-        )
+@_attempt_action(
+    auth.CONTROL,
+    lambda attempt: {
+        "title": f"Re-check {attempt}?",
+        "explanation": "The check runs again on the same final files in the kept sandbox; the "
+        "new result is kept beside the old.",
+        "button": "Re-check",
+    },
+)
+def recheck_attempt(request, attempt):
     try:
         services.attempt_recheck(attempt=attempt, by=request.user.get_username())
     except TaskInvalid as exc:
@@ -185,23 +195,20 @@ DELETE_LEVELS = {
 }
 
 
-@login_required
-@permission_required(auth.DELETE, raise_exception=True)
-@visit_or_post
-def delete_attempt(request, pk, level):
-    attempt = attempt_or_404(pk)
+def _delete_confirmation(attempt, level: str) -> dict:
     if level not in DELETE_LEVELS:
         raise Http404("delete the sandbox or the attempt")
-    if not _confirmed(request):
-        what = "the sandbox of " if level == "sandbox" else ""
-        return _confirm(
-            request,
-            title=f"Delete {what}{attempt}?",
-            explanation=DELETE_LEVELS[level],
-            button=f"Delete {level}",
-            danger=True,
-            back=attempt.get_absolute_url(),
-        )
+    what = "the sandbox of " if level == "sandbox" else ""
+    return {
+        "title": f"Delete {what}{attempt}?",
+        "explanation": DELETE_LEVELS[level],
+        "button": f"Delete {level}",
+        "danger": True,
+    }
+
+
+@_attempt_action(auth.DELETE, _delete_confirmation)
+def delete_attempt(request, attempt, level):
     by = request.user.get_username()
     if level == "sandbox":
         sandbox_delete(attempt=attempt, by=by)
