@@ -31,16 +31,21 @@ from boltz.errors import (
     UnsafeArchive,
 )
 from boltz.evaluations import EvaluationReport, InstanceResult, PredictionRefusal
-from boltz.pool_types import Action, EnvInfo, GroupStats, Observation, PoolInfo, StepResult
 from boltz.pools import AsyncPool, Pool
 from boltz.types import (
+    Action,
     Attempt,
     CheckResult,
     Diff,
     DiffFile,
+    EnvInfo,
     ExecResult,
     FileInfo,
+    GroupStats,
+    Observation,
+    PoolInfo,
     SandboxInfo,
+    StepResult,
     Task,
     TestResult,
 )

@@ -1,19 +1,24 @@
-"""What the sync and async clients share: configuration, the requests each call sends, turning
-answers into results or exceptions, and the exec stream reader. Nothing here does I/O."""
+"""What the sync and async SDK share below its calls: configuration, the steps a call is made of
+(a `Call` to the server, a `Stream`ed exec, a `Sleep`, `Local` file work), `operation`, which
+makes one described call both a method and a coroutine method, turning answers into results or
+exceptions, and the exec stream reader. Nothing here does I/O: the transports
+(boltz._transport) do each step.
+"""
 
 from __future__ import annotations
 
-import base64
 import datetime
+import functools
 import inspect
 import json
 import logging
 import os
+import re
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 from urllib.parse import quote
 
 import httpx
@@ -21,12 +26,18 @@ import httpx
 from boltz._version import __version__
 from boltz.errors import (
     BoltzError,
+    BoltzFileNotFoundError,
+    BoltzIsADirectoryError,
+    BoltzPermissionError,
     ConnectionFailed,
     OperationTimeout,
     error_from_response,
     make_error,
 )
-from boltz.types import Attempt, ExecResult, SandboxInfo
+from boltz.types import Attempt, ExecResult
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine
 
 logger = logging.getLogger("boltz")
 
@@ -38,6 +49,10 @@ DEFAULT_OPERATION_TIMEOUT = 3600.0
 OPERATION = -1.0
 
 OutputCallback = Callable[[str, str], Any]
+
+R = TypeVar("R")
+H = TypeVar("H")
+P = ParamSpec("P")
 
 
 def resolve_url(url: str | None) -> str:
@@ -67,19 +82,35 @@ def seconds(value: float | datetime.timedelta | None) -> float | None:
     return value
 
 
-def _number(value: float | datetime.timedelta | None) -> int | float | None:
+def number(value: float | datetime.timedelta | None) -> int | float | None:
+    """Seconds as the API takes them (a whole number as an int)."""
     value = seconds(value)
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
 
 
+def compact(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A request body without the options left unset."""
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def segment(value: Any) -> str:
+    """An id as one segment of a path."""
+    return quote(str(value), safe="")
+
+
+# The steps of a call.
+
+
 @dataclass
 class Call:
-    """One HTTP request of the API.
+    """One HTTP request of the API, and what its answer becomes.
 
     `wait` is how long the operation itself may take on the server, added to the client's timeout
-    for reading the answer (`OPERATION`: the client's operation timeout).
+    for reading the answer (`OPERATION`: the client's operation timeout). `parse` turns the
+    answer's payload (JSON, bytes, or None) into the call's result. `filename` is the sandbox
+    path a file error names (`FileNotFoundError.filename` and the like).
     """
 
     method: str
@@ -89,18 +120,127 @@ class Call:
     content: bytes | None = None
     wait: float | None = None
     expect: str = "json"  # "json", "bytes" or "none"
+    parse: Callable[[Any], Any] | None = None
+    filename: str | None = None
 
 
-def _compact(values: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in values.items() if value is not None}
+@dataclass
+class Stream:
+    """An exec whose output is read while it runs: `on_output(stream, text)` per piece (may
+    be a coroutine function for the async client); the step's result is the `ExecResult`."""
+
+    call: Call
+    on_output: OutputCallback | None
 
 
-def _id(value: Any) -> str:
-    return quote(str(value), safe="")
+@dataclass
+class Sleep:
+    """A pause between two calls (polling)."""
+
+    seconds: float
+
+
+@dataclass
+class Local:
+    """Work on local files (packing, unpacking, reading, writing): done in place by the sync
+    transport, in a thread by the async one, so an event loop never waits on the disk."""
+
+    function: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+
+
+Step = Call | Stream | Sleep | Local
+
+#: A call of the SDK as the transports run it: a generator that yields the steps it needs (each
+#: answered with the step's result, or an exception thrown in at the `yield`) and returns the
+#: call's result.
+Plan = Generator[Step, Any, R]
+
+
+# One description, two forms: the handles and their methods.
+
+
+class Synchronous:
+    """A handle (client, sandbox, files, pool) whose operations are plain methods, run over
+    `httpx.Client`. Its `_transport` runs a plan and returns the result."""
+
+
+class Asynchronous:
+    """A handle whose operations are coroutine methods, run over `httpx.AsyncClient`. Its
+    `_transport` runs a plan as a coroutine."""
+
+
+def _result_annotation(plan: Callable[..., Any]) -> Any:
+    """What a plan's return annotation says the call gives: X of `Plan[X]`."""
+    annotation = inspect.signature(plan).return_annotation
+    if isinstance(annotation, str):
+        found = re.fullmatch(r"Plan\[(.*)\]", annotation)
+        if found:
+            return found.group(1)
+    return annotation
+
+
+def _shaped_like(method: Callable[..., Any], plan: Callable[..., Any], result: Any) -> Any:
+    """`method` with the plan's name, docstring and signature, giving `result`."""
+    functools.update_wrapper(method, plan)
+    method.__annotations__ = {**plan.__annotations__, "return": result}
+    method.__signature__ = inspect.signature(plan).replace(  # type: ignore[attr-defined]
+        return_annotation=result
+    )
+    return method
+
+
+class operation(Generic[H, P, R]):
+    """A call of the SDK described once, as a plan: a plain method of the `Synchronous` handles
+    and a coroutine method of the `Asynchronous` ones, both with the plan's name, signature and
+    docstring.
+
+        @operation
+        def check(self) -> Plan[CheckResult]:
+            return (yield Call("POST", ..., parse=CheckResult.from_json))
+    """
+
+    def __init__(self, plan: Callable[Concatenate[H, P], Plan[R]]) -> None:
+        result = _result_annotation(plan)
+
+        def sync_method(handle: Any, *args: Any, **kwargs: Any) -> Any:
+            return handle._transport.run(plan(handle, *args, **kwargs))
+
+        self.sync_method = _shaped_like(sync_method, plan, result)
+        self.async_method = _shaped_like(self.async_form(plan), plan, self.async_result(result))
+
+    @staticmethod
+    def async_form(plan: Callable[..., Plan[Any]]) -> Callable[..., Any]:
+        async def async_method(handle: Any, *args: Any, **kwargs: Any) -> Any:
+            return await handle._transport.run(plan(handle, *args, **kwargs))
+
+        return async_method
+
+    @staticmethod
+    def async_result(result: Any) -> Any:
+        return result
+
+    @overload
+    def __get__(self, handle: None, owner: type) -> Callable[..., Any]: ...
+    @overload
+    def __get__(
+        self, handle: Asynchronous, owner: type | None = None
+    ) -> Callable[P, Coroutine[Any, Any, R]]: ...
+    @overload
+    def __get__(self, handle: object, owner: type | None = None) -> Callable[P, R]: ...
+    def __get__(self, handle: Any, owner: type | None = None) -> Any:
+        owner = owner if owner is not None else type(handle)
+        method = self.async_method if issubclass(owner, Asynchronous) else self.sync_method
+        return method if handle is None else method.__get__(handle, owner)
+
+
+# Answers.
+
+FILE_ERRORS = (BoltzFileNotFoundError, BoltzIsADirectoryError, BoltzPermissionError)
 
 
 class Settings:
-    """Connection settings and answer handling, shared by `Client` and `AsyncClient`."""
+    """Connection settings and answer handling, shared by both transports."""
 
     def __init__(
         self,
@@ -113,6 +253,10 @@ class Settings:
         self.token = resolve_token(token)
         self.timeout = float(timeout)
         self.operation_timeout = float(operation_timeout)
+
+    def client_options(self) -> dict[str, Any]:
+        """The options of the httpx client (sync or async) that sends the calls."""
+        return {"base_url": self.url, "headers": self.headers(), "timeout": self.timeout}
 
     def headers(self) -> dict[str, str]:
         headers = {"User-Agent": f"boltz-sdk/{__version__}", "Accept": "application/json"}
@@ -151,39 +295,43 @@ class Settings:
             return ConnectionFailed(f"could not reach Boltz at {self.url}: {exc}")
         return ConnectionFailed(f"lost the connection to Boltz at {self.url} ({where}): {exc}")
 
-    def error_for(self, response: httpx.Response, body: bytes) -> BoltzError:
+    def refusal(self, response: httpx.Response, body: bytes, call: Call) -> BoltzError:
+        """The exception for an answer that is not a success (status 300 and up)."""
+        if response.status_code < 400:
+            location = response.headers.get("location", "")
+            return BoltzError(
+                f"the server answered {response.status_code} redirecting to {location!r}: "
+                f"is {self.url} the address of the Boltz server?",
+                status=response.status_code,
+            )
         hint = ""
         if response.status_code == 401 and not self.token:
             hint = (
                 "no API token was given: set BOLTZ_TOKEN or pass token= "
                 "(create one with `python manage.py create_token USER`)"
             )
-        return error_from_response(
+        error = error_from_response(
             response.status_code,
             body,
             response.headers,
             reason=response.reason_phrase,
             hint=hint,
         )
-
-    def redirect_error(self, response: httpx.Response) -> BoltzError:
-        location = response.headers.get("location", "")
-        return BoltzError(
-            f"the server answered {response.status_code} redirecting to {location!r}: "
-            f"is {self.url} the address of the Boltz server?",
-            status=response.status_code,
-        )
+        if call.filename is not None and isinstance(error, FILE_ERRORS):
+            error.filename = call.filename
+        return error
 
     def result(self, response: httpx.Response, call: Call) -> Any:
-        """The answer's payload, or the exception for an error answer (raised)."""
-        status = response.status_code
-        if status >= 400:
-            raise self.error_for(response, response.content)
-        if status >= 300:
-            raise self.redirect_error(response)
+        """The call's result from its answer, or the exception for an error answer (raised)."""
+        if response.status_code >= 300:
+            raise self.refusal(response, response.content, call)
+        payload = self.payload(response, call)
+        return call.parse(payload) if call.parse is not None else payload
+
+    def payload(self, response: httpx.Response, call: Call) -> Any:
         if call.expect == "bytes":
             return response.content
-        if call.expect == "none" or status == 204 or not response.content:
+        if call.expect == "none" or response.status_code == 204 or not response.content:
             return None
         try:
             return response.json()
@@ -192,200 +340,8 @@ class Settings:
             raise BoltzError(
                 f"the server at {self.url} answered {call.method} {call.path} with something "
                 f"that is not JSON: {snippet!r}",
-                status=status,
+                status=response.status_code,
             ) from None
-
-
-# The calls of the API (docs/API.md), one function each.
-
-
-def create_sandbox(
-    task: str | None,
-    labels: Mapping[str, str] | None,
-    agent: str | None,
-    ttl: float | datetime.timedelta | None,
-    idle_timeout: float | datetime.timedelta | None,
-    wait: float | datetime.timedelta | None,
-    image: str | None = None,
-) -> Call:
-    body = _compact(
-        {
-            "task": task,
-            "image": image,
-            "labels": dict(labels) if labels else None,
-            "agent": agent,
-            "ttl": _number(ttl),
-            "idle_timeout": _number(idle_timeout),
-            "wait": _number(wait),
-        }
-    )
-    # Starting runs the task's setup command: its length is the server's to decide.
-    return Call("POST", "/api/sandboxes", json=body, wait=OPERATION)
-
-
-def list_sandboxes(task: str | None, labels: Mapping[str, str] | None, status: str | None) -> Call:
-    params: list[tuple[str, str]] = []
-    if task:
-        params.append(("task", task))
-    for key, value in (labels or {}).items():
-        params.append(("label", f"{key}={value}"))
-    if status:
-        params.append(("status", status))
-    return Call("GET", "/api/sandboxes", params=params)
-
-
-def get_sandbox(sandbox_id: Any) -> Call:
-    return Call("GET", f"/api/sandboxes/{_id(sandbox_id)}")
-
-
-def exec_command(
-    sandbox_id: Any,
-    command: str | Sequence[str],
-    *,
-    cwd: str | None,
-    env: Mapping[str, str] | None,
-    timeout: float | datetime.timedelta | None,
-    stdin: str | bytes | None,
-    user: str | None,
-    stream: bool,
-    max_output: int | None = None,
-) -> Call:
-    stdin_base64 = None
-    if isinstance(stdin, (bytes, bytearray)):
-        stdin, stdin_base64 = None, base64.b64encode(bytes(stdin)).decode("ascii")
-    if not isinstance(command, str):
-        command = [str(part) for part in command]
-    body = _compact(
-        {
-            "command": command,
-            "cwd": cwd,
-            "env": {str(k): str(v) for k, v in env.items()} if env else None,
-            "timeout": _number(timeout),
-            "stdin": stdin,
-            "stdin_base64": stdin_base64,
-            "user": user,
-            "max_output": max_output,
-        }
-    )
-    if stream:
-        body["stream"] = True
-    budget = seconds(timeout)
-    return Call(
-        "POST",
-        f"/api/sandboxes/{_id(sandbox_id)}/exec",
-        json=body,
-        wait=OPERATION if budget is None else budget,
-    )
-
-
-def read_file(sandbox_id: Any, path: str, max_bytes: int | None = None) -> Call:
-    params = [("path", path)]
-    if max_bytes is not None:
-        params.append(("max_bytes", str(int(max_bytes))))
-    return Call("GET", f"/api/sandboxes/{_id(sandbox_id)}/files", params=params, expect="bytes")
-
-
-def write_file(sandbox_id: Any, path: str, data: bytes | str, mode: int | None) -> Call:
-    if isinstance(data, str):
-        data = data.encode("utf-8")
-    params = [("path", path)]
-    if mode is not None:
-        params.append(("mode", f"{mode:04o}"))
-    return Call("PUT", f"/api/sandboxes/{_id(sandbox_id)}/files", params=params, content=data)
-
-
-def list_files(sandbox_id: Any, path: str) -> Call:
-    return Call("GET", f"/api/sandboxes/{_id(sandbox_id)}/files/list", params=[("path", path)])
-
-
-def delete_file(sandbox_id: Any, path: str) -> Call:
-    return Call(
-        "DELETE", f"/api/sandboxes/{_id(sandbox_id)}/files", params=[("path", path)], expect="none"
-    )
-
-
-def get_archive(sandbox_id: Any, path: str) -> Call:
-    return Call(
-        "GET", f"/api/sandboxes/{_id(sandbox_id)}/archive", params=[("path", path)], expect="bytes"
-    )
-
-
-def put_archive(sandbox_id: Any, path: str, data: bytes) -> Call:
-    return Call(
-        "PUT", f"/api/sandboxes/{_id(sandbox_id)}/archive", params=[("path", path)], content=data
-    )
-
-
-def check(sandbox_id: Any) -> Call:
-    return Call("POST", f"/api/sandboxes/{_id(sandbox_id)}/check", wait=OPERATION)
-
-
-def diff(sandbox_id: Any) -> Call:
-    return Call("GET", f"/api/sandboxes/{_id(sandbox_id)}/diff")
-
-
-def message(sandbox_id: Any, role: str, content: str) -> Call:
-    return Call(
-        "POST",
-        f"/api/sandboxes/{_id(sandbox_id)}/messages",
-        json={"role": role, "content": content},
-        expect="none",
-    )
-
-
-def close(sandbox_id: Any, run_check: bool) -> Call:
-    return Call(
-        "POST",
-        f"/api/sandboxes/{_id(sandbox_id)}/close",
-        json={"check": bool(run_check)},
-        wait=OPERATION if run_check else None,
-    )
-
-
-def delete_sandbox(sandbox_id: Any) -> Call:
-    return Call("DELETE", f"/api/sandboxes/{_id(sandbox_id)}", expect="none")
-
-
-def list_tasks() -> Call:
-    return Call("GET", "/api/tasks")
-
-
-def run_attempts(
-    task: str, agent: str, n: int, command: str | None, callback_url: str | None
-) -> Call:
-    body = _compact({"agent": agent, "command": command, "n": int(n), "callback_url": callback_url})
-    return Call("POST", f"/api/tasks/{_id(task)}/attempts", json=body)
-
-
-def get_attempt(attempt_id: Any) -> Call:
-    return Call("GET", f"/api/attempts/{_id(attempt_id)}")
-
-
-def attempt_ids(attempts_or_ids: Attempt | int | Iterable[Attempt | int]) -> list[int]:
-    if isinstance(attempts_or_ids, (Attempt, int, str)):
-        attempts_or_ids = [attempts_or_ids]
-    ids: list[int] = []
-    for item in attempts_or_ids:
-        value = item.id if isinstance(item, Attempt) else item
-        if value is None:
-            raise ValueError(f"{item!r} has no id")
-        ids.append(int(value))
-    return ids
-
-
-def wait_attempts(ids: list[int], timeout: float | datetime.timedelta) -> Call:
-    budget = seconds(timeout) or 0.0
-    return Call(
-        "POST", "/api/attempts/wait", json={"ids": ids, "timeout": _number(timeout)}, wait=budget
-    )
-
-
-def in_order(ids: list[int], attempts: list[Attempt]) -> list[Attempt]:
-    """The attempts in the order their ids were asked for (the server's order otherwise)."""
-    by_id = {attempt.id: attempt for attempt in attempts}
-    if len(by_id) == len(attempts) and all(i in by_id for i in ids) and len(ids) == len(by_id):
-        return [by_id[i] for i in ids]
-    return attempts
 
 
 # The exec stream: ndjson lines {"stream": "stdout", "text": "..."} then {"result": ExecResult}.
@@ -468,47 +424,27 @@ class ExecStream:
         return self.result
 
 
-# Helpers of the sandbox handles.
+# Helpers of the calls.
 
 
-class SandboxBase:
-    """What `Sandbox` and `AsyncSandbox` share: the server's description and its properties."""
+def attempt_ids(attempts_or_ids: Attempt | int | Iterable[Attempt | int]) -> list[int]:
+    if isinstance(attempts_or_ids, (Attempt, int, str)):
+        attempts_or_ids = [attempts_or_ids]
+    ids: list[int] = []
+    for item in attempts_or_ids:
+        value = item.id if isinstance(item, Attempt) else item
+        if value is None:
+            raise ValueError(f"{item!r} has no id")
+        ids.append(int(value))
+    return ids
 
-    def __init__(self, info: SandboxInfo) -> None:
-        self.info = info
-        self._ended = False
 
-    @property
-    def id(self) -> int:
-        return self.info.id  # type: ignore[return-value]
-
-    @property
-    def name(self) -> str:
-        return self.info.name
-
-    @property
-    def url(self) -> str:
-        return self.info.url
-
-    @property
-    def state(self) -> str:
-        return self.info.state
-
-    @property
-    def labels(self) -> dict[str, str]:
-        return self.info.labels
-
-    def _update(self, data: Any) -> SandboxInfo:
-        info = SandboxInfo.from_json(data)
-        if info.id is None:
-            info.id = self.info.id
-        self.info = info
-        if info.state in ("closed", "deleted"):
-            self._ended = True
-        return info
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name or self.id} {self.state}>"
+def in_order(ids: list[int], attempts: list[Attempt]) -> list[Attempt]:
+    """The attempts in the order their ids were asked for (the server's order otherwise)."""
+    by_id = {attempt.id: attempt for attempt in attempts}
+    if len(by_id) == len(attempts) and all(i in by_id for i in ids) and len(ids) == len(by_id):
+        return [by_id[i] for i in ids]
+    return attempts
 
 
 def upload_target(local: Path, path: str) -> str:
@@ -539,81 +475,3 @@ def note_close_failure(body_error: BaseException, close_error: BaseException, na
     add_note = getattr(body_error, "add_note", None)
     if add_note is not None:
         add_note(f"boltz: closing sandbox {name} also failed: {close_error!r}")
-
-
-# The calls of RL pools (docs/POOLS.md).
-
-
-def create_pool(
-    task: str | None,
-    tasks: Sequence[str] | None,
-    size: int | None,
-    labels: Mapping[str, str] | None,
-    agent: str | None,
-    name: str | None,
-    max_steps: int | None,
-    episode_seconds: float | datetime.timedelta | None,
-) -> Call:
-    body = _compact(
-        {
-            "task": task,
-            "tasks": list(tasks) if tasks is not None else None,
-            "size": size,
-            "labels": dict(labels) if labels else None,
-            "agent": agent,
-            "name": name,
-            "max_steps": max_steps,
-            "episode_seconds": _number(episode_seconds),
-        }
-    )
-    return Call("POST", "/api/pools", json=body)
-
-
-def get_pool(pool_id: Any) -> Call:
-    return Call("GET", f"/api/pools/{_id(pool_id)}")
-
-
-def reset_pool(pool_id: Any, indices: Sequence[int] | None, wait: float) -> Call:
-    body = {"indices": list(indices) if indices is not None else None, "wait": wait}
-    # Setting up each new sandbox runs the task's setup: the server decides how long.
-    return Call("POST", f"/api/pools/{_id(pool_id)}/reset", json=body, wait=OPERATION)
-
-
-def step_pool(pool_id: Any, actions: list[Any], timeout: float | None) -> Call:
-    body = _compact({"actions": actions, "timeout": timeout})
-    body["actions"] = actions  # None entries are kept: those environments sit out
-    return Call("POST", f"/api/pools/{_id(pool_id)}/step", json=body, wait=timeout or OPERATION)
-
-
-def step_env(pool_id: Any, index: int, action: Any, timeout: float | None) -> Call:
-    body = _compact({"action": action, "timeout": timeout})
-    path = f"/api/pools/{_id(pool_id)}/envs/{int(index)}/step"
-    return Call("POST", path, json=body, wait=timeout or OPERATION)
-
-
-def close_pool(pool_id: Any) -> Call:
-    return Call("POST", f"/api/pools/{_id(pool_id)}/close", json={}, wait=OPERATION)
-
-
-# The calls of SWE-bench predictions evaluations (docs/API.md).
-
-
-def create_evaluation(
-    predictions: Any, dataset: Any, run_id: str | None, image: str | None
-) -> Call:
-    from boltz.evaluations import evaluation_input
-
-    body = _compact(
-        {
-            "predictions": evaluation_input(predictions),
-            "dataset": evaluation_input(dataset),
-            "run_id": run_id,
-            "image": image,
-        }
-    )
-    # The server imports the dataset rows the predictions name before it answers.
-    return Call("POST", "/api/evaluations", json=body, wait=OPERATION)
-
-
-def get_evaluation(evaluation_id: Any) -> Call:
-    return Call("GET", f"/api/evaluations/{_id(evaluation_id)}")

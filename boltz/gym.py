@@ -52,8 +52,8 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
         f"boltz.gym needs Gymnasium 1.1 or later ({exc}): pip install 'boltz-sdk[gym]'"
     ) from exc
 
-from boltz.pool_types import Action, Observation, StepResult
 from boltz.pools import DEFAULT_RESET_WAIT
+from boltz.types import Action, Observation, StepResult
 
 if TYPE_CHECKING:
     from boltz.client import Client

@@ -8,6 +8,10 @@ lands on that sandbox's timeline, so each episode is an attempt a reviewer can o
 
 The streaming form, for trainers that do not step in lockstep: `submit(index, action)` then
 `results(timeout)`, which yields each result as it is done.
+
+The pool's calls (reset, step, step_one, refresh) are described once in boltz._calls; here are
+what each side does its own way: running submitted steps concurrently (threads for `Pool`,
+tasks for `AsyncPool`) and finishing them before `close`.
 """
 
 from __future__ import annotations
@@ -16,50 +20,23 @@ import asyncio
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from boltz import _core
+from boltz._calls import DEFAULT_RESET_WAIT, PoolCalls
+from boltz._core import Asynchronous, Synchronous
 from boltz.errors import OperationTimeout
-from boltz.pool_types import Observation, PoolInfo, StepResult, action_json, reset_observation
+from boltz.types import PoolInfo, StepResult
 
 if TYPE_CHECKING:
     from boltz.aio import AsyncClient
     from boltz.client import Client
 
-__all__ = ["AsyncPool", "Pool"]
-
-DEFAULT_RESET_WAIT = 60.0
+__all__ = ["DEFAULT_RESET_WAIT", "AsyncPool", "Pool"]
 
 
-class _PoolBase:
-    def __init__(self, info: PoolInfo) -> None:
-        self.info = info
-
-    @property
-    def id(self) -> int:
-        return self.info.id
-
-    @property
-    def size(self) -> int:
-        return self.info.size
-
-    @property
-    def url(self) -> str:
-        return self.info.url
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.id} of {self.size}>"
-
-    def _actions(self, actions: Sequence[Any]) -> list[Any]:
-        return [action_json(a) for a in actions]
-
-
-class Pool(_PoolBase):
+class Pool(Synchronous, PoolCalls):
     """A pool of environments (see the module's docstring). Use it as a context manager, or
     call `close()`: every episode's sandbox is then closed and kept for review."""
 
@@ -70,27 +47,6 @@ class Pool(_PoolBase):
         self._done: queue.Queue[Future] = queue.Queue()
         self._pending = 0
         self._lock = threading.Lock()
-
-    def reset(
-        self, indices: Sequence[int] | None = None, *, wait: float = DEFAULT_RESET_WAIT
-    ) -> list[Observation]:
-        """Fresh sandboxes for the environments at `indices` (all by default); their first
-        observations, in the order of `indices`. Over capacity each waits for room up to
-        `wait` seconds; one that got none has `error` set and `raw["info"]["masked"]`."""
-        data = self._client._request(_core.reset_pool(self.id, indices, wait))
-        return [reset_observation(item) for item in data or []]
-
-    def step(self, actions: Sequence[Any], *, timeout: float | None = None) -> list[StepResult]:
-        """Exactly one action per environment (an `Action`, a command string, a dict, or None
-        to sit one out); one `StepResult` per environment, in the same order. `timeout` bounds
-        the wait for every environment (by default, what its action may take)."""
-        data = self._client._request(_core.step_pool(self.id, self._actions(actions), timeout))
-        return [StepResult.from_json(item) for item in data or []]
-
-    def step_one(self, index: int, action: Any, *, timeout: float | None = None) -> StepResult:
-        """One environment's step on its own."""
-        call = _core.step_env(self.id, index, action_json(action), timeout)
-        return StepResult.from_json(self._client._request(call))
 
     def submit(self, index: int, action: Any, *, timeout: float | None = None) -> None:
         """Start one environment's step and return at once; `results()` yields it when done."""
@@ -123,17 +79,13 @@ class Pool(_PoolBase):
                 self._pending -= 1
             yield future.result()
 
-    def refresh(self) -> PoolInfo:
-        """The pool as it is now: environments, steps taken, masked steps, group rewards."""
-        self.info = PoolInfo.from_json(self._client._request(_core.get_pool(self.id)))
-        return self.info
-
     def close(self) -> PoolInfo:
+        """Close the pool once its submitted steps are done: every episode's sandbox is closed
+        and kept for review."""
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
-        self.info = PoolInfo.from_json(self._client._request(_core.close_pool(self.id)))
-        return self.info
+        return self._close()
 
     def __enter__(self) -> Pool:
         return self
@@ -142,7 +94,7 @@ class Pool(_PoolBase):
         self.close()
 
 
-class AsyncPool(_PoolBase):
+class AsyncPool(Asynchronous, PoolCalls):
     """`Pool` for asyncio trainers: the same methods, as coroutines; `results()` is an async
     iterator."""
 
@@ -151,25 +103,6 @@ class AsyncPool(_PoolBase):
         self._client = client
         self._done: asyncio.Queue[asyncio.Task] = asyncio.Queue()
         self._pending: set[asyncio.Task] = set()
-
-    async def reset(
-        self, indices: Sequence[int] | None = None, *, wait: float = DEFAULT_RESET_WAIT
-    ) -> list[Observation]:
-        data = await self._client._request(_core.reset_pool(self.id, indices, wait))
-        return [reset_observation(item) for item in data or []]
-
-    async def step(
-        self, actions: Sequence[Any], *, timeout: float | None = None
-    ) -> list[StepResult]:
-        call = _core.step_pool(self.id, self._actions(actions), timeout)
-        data = await self._client._request(call)
-        return [StepResult.from_json(item) for item in data or []]
-
-    async def step_one(
-        self, index: int, action: Any, *, timeout: float | None = None
-    ) -> StepResult:
-        call = _core.step_env(self.id, index, action_json(action), timeout)
-        return StepResult.from_json(await self._client._request(call))
 
     async def submit(self, index: int, action: Any, *, timeout: float | None = None) -> None:
         task = asyncio.ensure_future(self.step_one(index, action, timeout=timeout))
@@ -192,16 +125,12 @@ class AsyncPool(_PoolBase):
             self._pending.discard(task)
             yield task.result()
 
-    async def refresh(self) -> PoolInfo:
-        self.info = PoolInfo.from_json(await self._client._request(_core.get_pool(self.id)))
-        return self.info
-
     async def close(self) -> PoolInfo:
-        if self._pending:  # submitted steps finish first, as in Pool.close
+        """`Pool.close`: the submitted steps finish first."""
+        if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
             self._pending.clear()
-        self.info = PoolInfo.from_json(await self._client._request(_core.close_pool(self.id)))
-        return self.info
+        return await self._close()
 
     async def __aenter__(self) -> AsyncPool:
         return self

@@ -6,8 +6,6 @@ No test holds more than two live sandboxes (the worker's capacity)."""
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 import warnings
 
 import docker
@@ -19,7 +17,8 @@ from gymnasium.vector.utils import batch_space
 
 from attempts.models import Attempt
 from boltz.gym import BMPText, BoltzEnv, BoltzVectorEnv, observation_text
-from tests.conftest import ROOT, agent_commands, real, sdk_client
+from tests.conftest import agent_commands, real, sdk_client
+from tests.optional_extras import assert_the_extra_is_optional
 
 FIX = "sed -i 's/return a - b/return a + b/' calc.py"
 
@@ -33,16 +32,7 @@ def client(web, worker, load_example):
 
 # --- without a server ---------------------------------------------------------------------------
 def test_importing_boltz_never_imports_gymnasium_and_boltz_gym_says_how_to_install_it():
-    code = (
-        "import sys; import boltz; assert 'gymnasium' not in sys.modules, 'imported';"
-        "sys.modules['gymnasium'] = None\n"
-        "try:\n    import boltz.gym\nexcept ImportError as e:\n    print(e)\n"
-    )
-    run = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
-    assert run.returncode == 0, run.stderr
-    assert "pip install 'boltz-sdk[gym]'" in run.stdout
+    assert_the_extra_is_optional("boltz.gym", "gymnasium", "gym")
 
 
 def test_observation_text_stays_inside_the_observation_space():

@@ -40,6 +40,7 @@ from boltz.mini_swe_agent import (
     submission_of,
 )
 from tests.conftest import ROOT, agent_commands, real, sdk_client
+from tests.optional_extras import assert_the_extra_is_optional
 
 ENVIRONMENT_CLASS = "boltz.mini_swe_agent.BoltzEnvironment"
 TESTS = "python3 -m pytest -q -p no:cacheprovider tests"
@@ -83,16 +84,7 @@ def timeline_execs(html: str) -> list[tuple[str, str]]:
 
 # --- without a server ---------------------------------------------------------------------------
 def test_importing_boltz_never_imports_minisweagent_and_the_module_says_how_to_install_it():
-    code = (
-        "import sys; import boltz; assert 'minisweagent' not in sys.modules, 'imported';"
-        "sys.modules['minisweagent'] = None\n"
-        "try:\n    import boltz.mini_swe_agent\nexcept ImportError as e:\n    print(e)\n"
-    )
-    run = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
-    assert run.returncode == 0, run.stderr
-    assert "pip install 'boltz-sdk[mini]'" in run.stdout
+    assert_the_extra_is_optional("boltz.mini_swe_agent", "minisweagent", "mini")
 
 
 def test_the_interactive_agent_is_imported_only_when_asked_for():

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
+import inspect
 import io
 import json
 import os
@@ -860,3 +862,340 @@ def test_a_streaming_exec_answered_in_one_piece_still_reports_its_output():
         result = sb.exec("x", on_output=lambda stream, text: seen.append((stream, text)))
     assert result.stdout == "out\n"
     assert seen == [("stdout", "out\n"), ("stderr", "err\n")]
+
+
+# One description, two transports: every call of the SDK sends the same requests, and gives the
+# same result or exception, whether made with the sync or the async client.
+
+
+def _tar_of(name: str, data: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+POOL = {
+    "id": 3,
+    "name": "p",
+    "size": 2,
+    "tasks": ["fix-add"],
+    "url": f"{URL}/pools/3/",
+    "envs": [{"index": 0, "task": "fix-add", "state": "live"}],
+    "groups": [{"task": "fix-add", "envs": [0, 1], "rewards": [1.0, None], "n": 1}],
+}
+STEP = {
+    "index": 0,
+    "step": 1,
+    "observation": {"exit_code": 0, "stdout": "ok\n", "patch": {"applied": True}},
+    "reward": 0.0,
+    "info": {"episode": 70},
+}
+ATTEMPT = {"id": 1, "task": "fix-add", "status": "finished", "outcome": "passed"}
+
+
+class EveryRoute:
+    """A server for every call of the API, recording what it is sent. Its answers depend only
+    on the requests, so two clients that send the same get the same."""
+
+    def __init__(self) -> None:
+        self.requests: list[httpx.Request] = []
+        self.evaluation_polls = 0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        method, path = request.method, request.url.path
+        target = request.url.params.get("path")
+        sandbox = "/api/sandboxes/7"
+        if target == "missing.txt":
+            return error(404, "file_not_found", f"no such file: {target}")(request)
+        if target == "folder" and path == f"{sandbox}/files":
+            return error(400, "is_a_directory", "a folder")(request)
+        body = json.loads(request.content) if request.content[:1] in (b"{", b"[") else None
+        answers = {
+            ("POST", "/api/sandboxes"): lambda: SANDBOX,
+            ("GET", "/api/sandboxes"): lambda: [SANDBOX],
+            ("GET", sandbox): lambda: SANDBOX,
+            ("DELETE", sandbox): lambda: None,
+            ("POST", f"{sandbox}/check"): lambda: {"passed": True, "score": 1.0},
+            ("GET", f"{sandbox}/diff"): lambda: {"patch": "p", "files": [{"path": "a.py"}]},
+            ("POST", f"{sandbox}/messages"): lambda: None,
+            ("POST", f"{sandbox}/close"): lambda: {**SANDBOX, "state": "closed"},
+            ("GET", f"{sandbox}/files"): lambda: b"data",
+            ("PUT", f"{sandbox}/files"): lambda: {"bytes": len(request.content)},
+            ("DELETE", f"{sandbox}/files"): lambda: None,
+            ("GET", f"{sandbox}/files/list"): lambda: [{"name": "a.py", "type": "file"}],
+            ("GET", f"{sandbox}/archive"): lambda: _tar_of("inner.txt", b"in"),
+            ("PUT", f"{sandbox}/archive"): lambda: {"files": 2},
+            ("GET", "/api/tasks"): lambda: [{"slug": "fix-add"}],
+            ("POST", "/api/tasks/fix-add/attempts"): lambda: [ATTEMPT],
+            ("GET", "/api/attempts/1"): lambda: ATTEMPT,
+            ("POST", "/api/attempts/wait"): lambda: [{**ATTEMPT, "id": 2}, ATTEMPT],
+            ("POST", "/api/pools"): lambda: POOL,
+            ("GET", "/api/pools/3"): lambda: POOL,
+            ("POST", "/api/pools/3/reset"): lambda: [
+                {"index": 0, "observation": {"instruction": "fix"}, "info": {"episode": 70}}
+            ],
+            ("POST", "/api/pools/3/step"): lambda: [STEP, {**STEP, "index": 1}],
+            ("POST", "/api/pools/3/envs/1/step"): lambda: {**STEP, "index": 1},
+            ("POST", "/api/pools/3/close"): lambda: {**POOL, "closed_at": "now"},
+            ("POST", "/api/evaluations"): lambda: {"id": 4, "state": "running"},
+            ("GET", "/api/evaluations/4"): self.evaluation,
+        }
+        if (method, path) == ("POST", f"{sandbox}/exec"):
+            if body.get("stream"):
+                lines = ndjson({"stream": "stdout", "text": "hello\n"}, {"result": EXEC_RESULT})
+                return httpx.Response(200, content=lines)
+            return httpx.Response(200, json=EXEC_RESULT)
+        answer = answers[(method, path)]()
+        if answer is None:
+            return httpx.Response(204)
+        if isinstance(answer, bytes):
+            return httpx.Response(200, content=answer)
+        return httpx.Response(200, json=answer)
+
+    def evaluation(self) -> dict:
+        self.evaluation_polls += 1  # running at the first poll, finished at the second
+        state = "finished" if self.evaluation_polls > 1 else "running"
+        report = {"resolved_ids": ["x"]} if state == "finished" else None
+        return {"id": 4, "state": state, "report": report}
+
+
+def _seen(request: httpx.Request) -> tuple:
+    """All of a request that a server can tell apart."""
+    return (
+        request.method,
+        str(request.url),
+        sorted(request.headers.items()),
+        request.content,
+        request.extensions["timeout"],
+    )
+
+
+def _plain(value):
+    """A result as comparable data: handles by their class's role and their description."""
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_plain(item) for item in value)
+    if isinstance(value, (boltz.Sandbox, boltz.AsyncSandbox, boltz.Pool, boltz.AsyncPool)):
+        return ("handle", type(value).__name__.replace("Async", ""), value.info)
+    return value
+
+
+# (operation, what it is called on, the call): each operation of boltz._calls at least once,
+# with its options set, and through its error paths.
+CALLS = [
+    ("ClientCalls.sandbox", "client", lambda c: c.sandbox("fix-add", labels={"a": "b"}, ttl=60)),
+    (
+        "ClientCalls.sandbox",
+        "client",
+        lambda c: c.sandbox(
+            image="img", agent="me", idle_timeout=datetime.timedelta(seconds=90), wait=2.5
+        ),
+    ),
+    ("ClientCalls.get_sandbox", "client", lambda c: c.get_sandbox(7)),
+    (
+        "ClientCalls.sandboxes",
+        "client",
+        lambda c: c.sandboxes(task="fix-add", labels={"run": "u", "k": "v"}, status="live"),
+    ),
+    ("ClientCalls.tasks", "client", lambda c: c.tasks()),
+    (
+        "ClientCalls.run",
+        "client",
+        lambda c: c.run("fix-add", "reference", n=2, command="x", callback_url="http://cb"),
+    ),
+    ("ClientCalls.attempt", "client", lambda c: c.attempt(1)),
+    ("ClientCalls.wait", "client", lambda c: c.wait([boltz.Attempt(id=1), 2], timeout=30)),
+    (
+        "ClientCalls.pool",
+        "client",
+        lambda c: c.pool(
+            "fix-add",
+            size=2,
+            labels={"a": "b"},
+            agent="a",
+            name="p",
+            max_steps=5,
+            episode_seconds=60,
+        ),
+    ),
+    ("ClientCalls.pool", "client", lambda c: c.pool(tasks=["fix-add", "other"])),
+    ("ClientCalls.get_pool", "client", lambda c: c.get_pool(3)),
+    (
+        "ClientCalls.evaluate",
+        "client",
+        lambda c: c.evaluate([{"instance_id": "x"}], [{"instance_id": "x"}], run_id="r"),
+    ),
+    ("ClientCalls.evaluate", "client", lambda c: c.evaluate('[{"a": 1}]', "[]", wait=False)),
+    ("ClientCalls.evaluation", "client", lambda c: c.evaluation(4, wait=True, timeout=30)),
+    ("ClientCalls.evaluation", "client", lambda c: c.evaluation(4)),
+    (
+        "SandboxCalls.exec",
+        "sandbox",
+        lambda sb: sb.exec(
+            ["python3", "-c", "1"],
+            cwd="/w",
+            env={"A": 1},
+            timeout=5,
+            stdin=b"\x00",
+            user="u",
+            max_output=10,
+        ),
+    ),
+    ("SandboxCalls.exec", "sandbox", lambda sb: sb.exec("ls", stdin="text")),
+    (
+        "SandboxCalls.exec",
+        "sandbox",
+        lambda sb: sb.exec("ls", on_output=lambda stream, text: None),
+    ),
+    ("SandboxCalls.check", "sandbox", lambda sb: sb.check()),
+    ("SandboxCalls.diff", "sandbox", lambda sb: sb.diff()),
+    ("SandboxCalls.message", "sandbox", lambda sb: sb.message("assistant", "done")),
+    ("SandboxCalls.close", "sandbox", lambda sb: sb.close(check=True)),
+    ("SandboxCalls.close", "sandbox", lambda sb: sb.close()),
+    ("SandboxCalls.delete", "sandbox", lambda sb: sb.delete()),
+    ("SandboxCalls.refresh", "sandbox", lambda sb: sb.refresh()),
+    ("SandboxCalls._leave", "sandbox", lambda sb: sb._leave(None)),
+    ("FilesCalls.read", "files", lambda f: f.read("a b/c.py", text=True, max_bytes=100)),
+    ("FilesCalls.read", "files", lambda f: f.read("missing.txt")),
+    ("FilesCalls.write", "files", lambda f: f.write("run.sh", "é", mode=0o755)),
+    ("FilesCalls.write", "files", lambda f: f.write("raw", b"\x00\x01", mode=None)),
+    ("FilesCalls.list", "files", lambda f: f.list()),
+    ("FilesCalls.list", "files", lambda f: f.list("missing.txt")),
+    ("FilesCalls.delete", "files", lambda f: f.delete("old.txt")),
+    ("FilesCalls.upload", "files", lambda f: f.upload(UPLOADS / "folder", "vendor")),
+    ("FilesCalls.upload", "files", lambda f: f.upload(UPLOADS / "file.sh", "bin/")),
+    ("FilesCalls.download", "files", lambda f: f.download("folder", DOWNLOADS / "folder")),
+    ("FilesCalls.download", "files", lambda f: f.download("sub/c.py", DOWNLOADS)),
+    ("PoolCalls.reset", "pool", lambda p: p.reset([0], wait=5)),
+    ("PoolCalls.reset", "pool", lambda p: p.reset()),
+    (
+        "PoolCalls.step",
+        "pool",
+        lambda p: p.step([boltz.Action(run="ls", write={"a": "b"}, submit=True), None]),
+    ),
+    ("PoolCalls.step", "pool", lambda p: p.step(["ls", {"run": "pwd"}], timeout=9)),
+    ("PoolCalls.step_one", "pool", lambda p: p.step_one(1, "ls", timeout=3)),
+    ("PoolCalls.refresh", "pool", lambda p: p.refresh()),
+    ("PoolCalls._close", "pool", lambda p: p.close()),
+]
+# Relative to the folder each side runs in (see the test).
+UPLOADS = Path("uploads")
+DOWNLOADS = Path("downloads")
+
+
+def _on(client, where: str):
+    return {
+        "client": lambda: client,
+        "sandbox": lambda: client.get_sandbox(7),
+        "files": lambda: client.get_sandbox(7),
+        "pool": lambda: client.get_pool(3),
+    }[where]()
+
+
+def _outcome(call, handle):
+    try:
+        return "result", _plain(call(handle))
+    except Exception as exc:  # the same exception, with the same message and file name
+        return "error", type(exc), str(exc), getattr(exc, "filename", None)
+
+
+async def _async_outcome(call, handle):
+    try:
+        result = call(handle)
+        return "result", _plain(await result)
+    except Exception as exc:
+        return "error", type(exc), str(exc), getattr(exc, "filename", None)
+
+
+def _sync_run(where: str, call) -> tuple[list, tuple]:
+    server = EveryRoute()
+    with boltz.Client(URL, token="tok", transport=httpx.MockTransport(server)) as client:
+        handle = _on(client, where)
+        handle = handle.files if where == "files" else handle
+        server.requests.clear()
+        outcome = _outcome(call, handle)
+    return [_seen(r) for r in server.requests], outcome
+
+
+def _async_run(where: str, call) -> tuple[list, tuple]:
+    server = EveryRoute()
+
+    async def main():
+        transport = httpx.MockTransport(server)
+        async with boltz.AsyncClient(URL, token="tok", transport=transport) as client:
+            handle = await _on(client, where) if where != "client" else client
+            handle = handle.files if where == "files" else handle
+            server.requests.clear()
+            return await _async_outcome(call, handle)
+
+    outcome = run_async(main())
+    return [_seen(r) for r in server.requests], outcome
+
+
+@pytest.mark.parametrize(("operation", "where", "call"), CALLS, ids=[c[0] for c in CALLS])
+def test_the_sync_and_async_clients_send_the_same_requests_and_give_the_same_results(
+    operation, where, call, tmp_path, monkeypatch
+):
+    from boltz.evaluations import Waiting
+
+    monkeypatch.setattr(Waiting, "POLL_SECONDS", 0.01)
+    seen = {}
+    for side, run in (("sync", _sync_run), ("async", _async_run)):
+        folder = tmp_path / side
+        (folder / UPLOADS / "folder" / "pkg").mkdir(parents=True)
+        (folder / UPLOADS / "folder" / "pkg" / "mod.py").write_text("x = 1\n")
+        (folder / UPLOADS / "file.sh").write_text("#!/bin/sh\n")
+        (folder / UPLOADS / "file.sh").chmod(0o750)
+        for made in (folder / UPLOADS).rglob("*"):
+            os.utime(made, (1_700_000_000, 1_700_000_000))  # the same tar for both sides
+        (folder / DOWNLOADS).mkdir()
+        monkeypatch.chdir(folder)
+        requests, outcome = run(where, call)
+        files = {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+        seen[side] = (requests, outcome, files)
+    assert seen["sync"][0], "the call sent nothing"
+    assert seen["async"] == seen["sync"]
+
+
+def test_every_described_call_is_compared_above():
+    from boltz._calls import ClientCalls, FilesCalls, PoolCalls, SandboxCalls
+    from boltz._core import operation
+
+    described = {
+        f"{cls.__name__}.{name}"
+        for cls in (ClientCalls, FilesCalls, PoolCalls, SandboxCalls)
+        for name, value in vars(cls).items()
+        if isinstance(value, operation)
+    }
+    assert described == {name for name, _where, _call in CALLS}
+
+
+@pytest.mark.parametrize(
+    ("sync", "asynchronous"),
+    [
+        (boltz.Client, boltz.AsyncClient),
+        (boltz.Sandbox, boltz.AsyncSandbox),
+        (boltz.Files, boltz.AsyncFiles),
+        (boltz.Pool, boltz.AsyncPool),
+    ],
+)
+def test_the_async_surface_is_the_sync_one_with_coroutines(sync, asynchronous):
+    def public(cls):
+        return {name for name in dir(cls) if not name.startswith("_")}
+
+    assert public(asynchronous) - {"aclose"} == public(sync)
+    for name in public(sync):
+        plain, coroutine = getattr(sync, name), getattr(asynchronous, name)
+        if isinstance(plain, property) or not callable(plain):
+            continue
+        assert inspect.signature(plain).parameters == inspect.signature(coroutine).parameters
+        assert plain.__doc__ == coroutine.__doc__ or name in ("close", "submit", "results")
+        assert not inspect.iscoroutinefunction(plain)
+        if (sync, name) in ((boltz.Client, "sandbox"), (boltz.Pool, "results")):
+            continue  # an Opening to await or enter; an async iterator
+        assert inspect.iscoroutinefunction(coroutine), name
