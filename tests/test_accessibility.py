@@ -78,7 +78,12 @@ def _variables(block: str) -> dict[str, str]:
 
 
 def _token_colours(block: str) -> dict[str, str]:
-    return dict(re.findall(r"\.code \.(\w+) \{ color: (#[0-9a-fA-F]{3,6})", block))
+    """Each Pygments class's colour, from rules of one class or of several (`.code .a, .code .b`)."""
+    colours = {}
+    for selectors, colour in re.findall(r"([^{}]+)\{ color: (#[0-9a-fA-F]{3,6})", block):
+        for cls in re.findall(r"\.code \.(\w+)", selectors):
+            colours[cls] = colour
+    return colours
 
 
 def _code_background(block: str) -> str:
