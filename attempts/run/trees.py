@@ -20,7 +20,7 @@ from attempts.core import runner_reach
 from attempts.core.errors import InfrastructureError, TaskInvalid
 from attempts.core.protected import Protection, protection_for
 from attempts.exports.workspace import filter_workspace
-from attempts.models import Actor, Attempt, EventKind
+from attempts.models import Actor, Attempt, EventKind, Layout, RunnerAccess
 from attempts.run import changes
 from attempts.run.changes import ChangesUnavailable
 from attempts.run.session import SandboxSession, update_attempt
@@ -34,7 +34,7 @@ def task_protection(task, base: Iterable[str]) -> Protection:
         task.check_file_paths,
         task.check_removed_paths,
         base=base,
-        check_command=task.check_command if task.layout != "harbor" else "",
+        check_command=task.check_command if task.layout != Layout.HARBOR else "",
         agent_writes_tests=task.agent_writes_tests,
         compiled_files=task.compiled_files,
     )
@@ -93,11 +93,6 @@ class AttemptTrees:
         )
 
     @property
-    def in_place(self) -> bool:
-        """The check runs on the agent's own tree (not on a fresh copy of the record)."""
-        return self.task.check_mode == "in_place" or self.task.layout == "harbor"
-
-    @property
     def workdir(self) -> str:
         return self.task.workdir or "/workspace"
 
@@ -125,7 +120,7 @@ class AttemptTrees:
             scratch=self.scratch,
             protection=self.protection,
             max_patch_bytes=settings.BOLTZ_MAX_TREE_BYTES,
-            every_file=self.in_place,
+            every_file=self.task.checks_in_place,
         )
         shutil.rmtree(tree.root, ignore_errors=True)  # what is kept is the patch
         # Code the agent added that reaches into the test runner, named with file and line:
@@ -182,7 +177,7 @@ class AttemptTrees:
                 f"{runner_reach.findings_text(reach)}; "
                 + (
                     'the task allows it (runner_access = "report")'
-                    if self.task.runner_access == "report"
+                    if self.task.runner_access == RunnerAccess.REPORT
                     else "the check fails because of it"
                 ),
                 runner_access=reach,

@@ -32,6 +32,7 @@ from django.conf import settings
 from django.utils.text import slugify
 
 from attempts.core.errors import NETWORK_TASKS_OFF, TaskInvalid
+from attempts.models import CheckMode, Layout, RewardRules
 from attempts.taskio import repos
 from attempts.taskio.folders import require_image
 from attempts.taskio.importers import ImportItem, guarded
@@ -101,11 +102,11 @@ def task_values(
         "dataset": slugify(spec.dataset)[:40],
         "title": spec.title or spec.name,
         "instruction": instruction,
-        "layout": "harbor",
+        "layout": Layout.HARBOR,
         "check_command": CHECK,
-        "check_mode": "in_place",
+        "check_mode": CheckMode.IN_PLACE,
         "reward_file": True,
-        "reward_rules": "harbor",
+        "reward_rules": RewardRules.HARBOR,
         "protected_paths": [],
         "check_files": folder_tar(path / "tests", "tests"),
         "check_file_paths": [],
