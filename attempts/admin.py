@@ -35,6 +35,7 @@ from attempts.models import (
     Evaluation,
     Outcome,
     Task,
+    Validation,
     attempt_name,
 )
 from attempts.services.attempts import SAFE_FILE_NAME, attempts_create
@@ -209,7 +210,7 @@ class TaskAdmin(admin.ModelAdmin):
     def validation_mark(self, task):
         """valid / invalid (which half failed, linked to its attempts) / not yet validated."""
         label = task.get_validation_display()
-        if task.validation in ("valid", "invalid"):
+        if task.validation in (Validation.VALID, Validation.INVALID):
             return format_html(
                 "{}: {} ({})", label, task.validation_note[:160], self.validation_links(task)
             )

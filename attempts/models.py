@@ -8,6 +8,51 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.functional import cached_property
 
+from attempts.core.errors import TaskInvalid
+
+# A task's rules: where its check runs, how its files are laid out, how a reward is read and
+# what the check makes of the agent's code. Each label reads "name: what it means"; a refusal
+# names every value with its meaning (Task.rule).
+
+
+class CheckMode(models.TextChoices):
+    FRESH = "fresh", "fresh container: the base with the agent's changes applied"
+    IN_PLACE = "in_place", "in place: in the agent's own container"
+
+
+class Layout(models.TextChoices):
+    BOLTZ = "boltz", "Boltz: the repository in /workspace, hidden check files restored over it"
+    HARBOR = "harbor", "Harbor: the image's working folder, /tests, /logs, /solution"
+
+
+class RewardRules(models.TextChoices):
+    BOLTZ = "boltz", "Boltz: a missing reward file fails the check"
+    HARBOR = "harbor", "Harbor: only the reward file decides; a missing one is a verifier error"
+
+
+class RunnerAccess(models.TextChoices):
+    FAIL = "fail", "fail: the check fails when the agent's code reaches into the test runner"
+    REPORT = "report", "report: it is only listed in the tamper report"
+
+
+class CompiledFiles(models.TextChoices):
+    REMOVE = "remove", "remove: compiled files the agent adds (.so, .pyd) never reach the check"
+    ALLOW = "allow", "allow: the agent may build them and the check uses them"
+
+
+class Validation(models.TextChoices):
+    """A task's validation mark (services/validation.py)."""
+
+    NONE = "", "not validated"
+    RUNNING = "running", "validating"
+    VALID = "valid", "valid"
+    INVALID = "invalid", "invalid"
+
+
+# Seconds a whole check is given beyond its steps' own limits: containers started and removed,
+# trees copied, reports read.
+CHECK_MARGIN = 120.0
+
 
 class Task(models.Model):
     """What an agent is asked to do, where, and how the result is checked."""
@@ -44,11 +89,8 @@ class Task(models.Model):
     source_dir = models.CharField(max_length=1000, blank=True, help_text="Loaded from this folder.")
     check_mode = models.CharField(
         max_length=16,
-        default="fresh",
-        choices=[
-            ("fresh", "fresh container: the base with the agent's changes applied"),
-            ("in_place", "in place: in the agent's own container"),
-        ],
+        default=CheckMode.FRESH,
+        choices=CheckMode.choices,
         help_text="Where the check runs. In place only for tasks about the container's own "
         "state (a service to configure); a fresh container for everything else.",
     )
@@ -70,11 +112,8 @@ class Task(models.Model):
     )
     runner_access = models.CharField(
         max_length=8,
-        default="fail",
-        choices=[
-            ("fail", "fail: the check fails when the agent's code reaches into the test runner"),
-            ("report", "report: it is only listed in the tamper report"),
-        ],
+        default=RunnerAccess.FAIL,
+        choices=RunnerAccess.choices,
         help_text="What the agent's added code that reaches into the test runner (pytest's "
         "internals, gc.get_objects, os._exit, the check's report paths) does to the check.",
     )
@@ -85,11 +124,8 @@ class Task(models.Model):
     )
     compiled_files = models.CharField(
         max_length=8,
-        default="remove",
-        choices=[
-            ("remove", "remove: compiled files the agent adds (.so, .pyd) never reach the check"),
-            ("allow", "allow: the agent may build them and the check uses them"),
-        ],
+        default=CompiledFiles.REMOVE,
+        choices=CompiledFiles.choices,
         help_text="Compiled files no reviewer can read that the agent added or changed.",
     )
     rebuild_command = models.TextField(
@@ -109,15 +145,7 @@ class Task(models.Model):
         "empty: the usual scoring precedence.",
     )
     validation = models.CharField(
-        max_length=16,
-        blank=True,
-        default="",
-        choices=[
-            ("", "not validated"),
-            ("running", "validating"),
-            ("valid", "valid"),
-            ("invalid", "invalid"),
-        ],
+        max_length=16, blank=True, default=Validation.NONE, choices=Validation.choices
     )
     validation_note = models.TextField(blank=True)
     validation_reference = models.ForeignKey(
@@ -126,14 +154,7 @@ class Task(models.Model):
     validation_noop = models.ForeignKey(
         "Attempt", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    layout = models.CharField(
-        max_length=16,
-        default="boltz",
-        choices=[
-            ("boltz", "Boltz: the repository in /workspace, hidden check files restored over it"),
-            ("harbor", "Harbor: the image's working folder, /tests, /logs, /solution"),
-        ],
-    )
+    layout = models.CharField(max_length=16, default=Layout.BOLTZ, choices=Layout.choices)
     workdir = models.CharField(
         max_length=300,
         default="/workspace",
@@ -160,12 +181,7 @@ class Task(models.Model):
         "Values are never shown; ${NAME} is read from the worker's environment.",
     )
     reward_rules = models.CharField(
-        max_length=16,
-        default="boltz",
-        choices=[
-            ("boltz", "Boltz: a missing reward file fails the check"),
-            ("harbor", "Harbor: only the reward file decides; a missing one is a verifier error"),
-        ],
+        max_length=16, default=RewardRules.BOLTZ, choices=RewardRules.choices
     )
     solution_files = models.BinaryField(
         blank=True,
@@ -214,9 +230,62 @@ class Task(models.Model):
             self.reference_patch.strip() or self.reference_script.strip() or self.solution_files
         )
 
+    # --- the task's rules ----------------------------------------------------------------------
+    @classmethod
+    def rule(cls, name: str, value=None, *, field: str | None = None) -> str:
+        """A rule of the task (check_mode, layout, reward_rules, runner_access,
+        compiled_files) as every writer (a task folder, the admin's form, an importer) stores
+        it: the field's default when `value` is None, `value` when it is one of the field's
+        choices, and TaskInvalid(field or name) naming the choices otherwise."""
+        model_field = cls._meta.get_field(name)
+        if value is None:
+            return model_field.default
+        if isinstance(value, str) and value in dict(model_field.choices):
+            return value
+        *others, last = [
+            f'"{choice}" ({label.partition(": ")[2] or label})'
+            for choice, label in model_field.choices
+        ]
+        expected = f"{', '.join(others)} or {last}" if others else last
+        raise TaskInvalid(field or name, f"{value!r}: expected {expected}")
+
+    @property
+    def checks_in_place(self) -> bool:
+        """The check runs in the agent's own container rather than a fresh one: the task says
+        so, or it has Harbor's layout (Harbor runs its verifier there, whatever check_mode
+        says)."""
+        return self.check_mode == CheckMode.IN_PLACE or self.layout == Layout.HARBOR
+
+    @property
+    def check_setups(self) -> int:
+        """The check's steps limited by setup_timeout: in a fresh container, its setup on the
+        base, and with a rebuild command the rebuild's own container's setup and the rebuild;
+        none in place (the agent's container was set up already)."""
+        if self.checks_in_place:
+            return 0
+        return 3 if self.rebuild_command.strip() else 1
+
+    @property
+    def check_limits(self) -> float:
+        """Seconds of the check's own steps' limits added up (its setups and its command): what
+        an attempt's deadline keeps for its check, beside its own margin."""
+        return self.check_setups * self.setup_timeout + self.check_timeout
+
+    @property
+    def check_budget(self) -> float:
+        """Seconds a whole check may take, from asking for it to its result: what the API's
+        check and a pool's submit wait for. The check's own limits (check_limits), a setup's
+        time for recording the changes first, in place another for saving the agent's tree
+        and putting it back around the check, and CHECK_MARGIN: the 2 setups + the check +
+        120 s those callers always waited, with a rebuild's steps added."""
+        copying = (2 if self.checks_in_place else 1) * self.setup_timeout
+        return self.check_limits + copying + CHECK_MARGIN
+
 
 # What a sandbox session reads of its task: its working folder and who the agent runs as.
 SESSION_TASK_FIELDS = ("slug", "workdir", "agent_user", "allow_root", "stage_env")
+# What Task.check_budget reads.
+CHECK_BUDGET_FIELDS = ("check_mode", "layout", "rebuild_command", "setup_timeout", "check_timeout")
 
 
 class Status(models.TextChoices):
@@ -474,7 +543,9 @@ class CheckResult(models.Model):
     attempt = models.ForeignKey(Attempt, on_delete=models.CASCADE, related_name="checks")
     passed = models.BooleanField()
     score = models.FloatField(null=True, blank=True, help_text="None: the check gave no score.")
-    mode = models.CharField(max_length=16, blank=True, help_text="fresh or in_place.")
+    mode = models.CharField(
+        max_length=16, blank=True, choices=CheckMode.choices, help_text="Where the check ran."
+    )
     summary = models.TextField(blank=True, help_text="What the outcome means, in words.")
     problem = models.TextField(
         blank=True, help_text="Why the check's own results could not be trusted, if so."

@@ -494,14 +494,13 @@ def upload_archive(request, sandbox_id: int, path: str = "."):
 @api.post("/sandboxes/{sandbox_id}/check", response={200: CheckOut, **ERRORS}, tags=["sandboxes"])
 def check_sandbox(request, sandbox_id: int):
     attempt = sandbox_for(request.user, sandbox_id)
-    timeout = 2 * attempt.task.setup_timeout + attempt.task.check_timeout + 120
     if not has_check(attempt.task):
         raise ApiError(
             409,
             "no_check",
             f"sandbox {attempt.pk} was started from an image, without a task: it has no check",
         )
-    answer = sandboxes.operate(attempt, "check", {}, timeout=timeout)
+    answer = sandboxes.operate(attempt, "check", {}, timeout=attempt.task.check_budget)
     return check_out(CheckResult.objects.get(pk=answer["check"]))
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from attempts.core.errors import TaskInvalid
 from attempts.core.storage import read_stored
-from attempts.models import Agent, Attempt, Task
+from attempts.models import Agent, Attempt, Layout, Task
 
 AGENT_DIR = "/tmp/boltz/agent"
 BUILTIN_AGENTS = ("noop", "reference", "command", "patch")
@@ -134,7 +134,7 @@ def plan_for(attempt: Attempt) -> AgentPlan:
         )
     if attempt.agent == "noop":
         return AgentPlan("noop: does nothing")
-    if attempt.agent == "reference" and task.layout == "harbor":
+    if attempt.agent == "reference" and task.layout == Layout.HARBOR:
         from attempts.core import stage_env
 
         return AgentPlan(

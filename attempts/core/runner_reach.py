@@ -142,7 +142,6 @@ RUN_OVERLAP = 200  # the next piece starts this many lines earlier
 RUNNER_MODULES = frozenset({"pytest", "_pytest", "pluggy", "py", "xdist", "iniconfig"})
 # Own packages that make the repository the test runner itself.
 RUNNER_OWNERS = frozenset({"pytest", "_pytest", "pluggy"})
-SETTINGS = ("fail", "report")
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,12 @@ from attempts.models import Attempt
 
 
 def attempt_budget(attempt: Attempt) -> float:
-    """Seconds an attempt may take in all: every stage's limit plus room for Docker itself."""
+    """Seconds an attempt may take in all: every stage's limit (the agent's container's setup,
+    its work, the check's own steps: Task.check_limits) plus room for Docker itself."""
     task = attempt.task
-    setups = 1 if task.check_mode == "in_place" else 2  # a fresh check container is set up too
     # An API sandbox's work lasts as long as its client keeps it (up to its time to live).
     work = sandbox_ttl(attempt) if attempt.origin == "api" else task.agent_timeout
-    return setups * task.setup_timeout + work + task.check_timeout + settings.BOLTZ_DEADLINE_MARGIN
+    return task.setup_timeout + work + task.check_limits + settings.BOLTZ_DEADLINE_MARGIN
 
 
 def sandbox_ttl(attempt: Attempt) -> float:

@@ -27,7 +27,15 @@ from attempts.core.errors import InfrastructureError
 from attempts.core.protected import Protection, ResetPlan, ancestors, reset_plan
 from attempts.core.timeline import clip
 from attempts.exports.workspace import ChunkReader
-from attempts.models import Attempt, CheckResult, EventKind, TestOutcome
+from attempts.models import (
+    CHECK_MARGIN,
+    Attempt,
+    CheckMode,
+    CheckResult,
+    EventKind,
+    Layout,
+    TestOutcome,
+)
 from attempts.run import changes, harbor_layout, scoring, verifier_repair
 from attempts.run.docker.runtime import Sandbox, SandboxSpec
 from attempts.run.session import CommandRun, SandboxSession, files_tar, nul_list, update_attempt
@@ -233,7 +241,7 @@ class Check:
         restore = trees.base_files_tar(plan.restore, owner=owner)
         if restore:
             session.put_archive(restore)
-        if task.check_files and task.layout != "harbor":  # Harbor's arrive at /tests
+        if task.check_files and task.layout != Layout.HARBOR:  # Harbor's arrive at /tests
             session.put_archive(bytes(task.check_files))
         if removed:
             self._remove(
@@ -254,9 +262,9 @@ class Check:
         if self.requested_by:
             by = self.requested_by
             self.timeline.reviewer("recheck", by, f"re-check of the same files by {by}")
-        mode = "in_place" if self.trees.in_place else "fresh"
+        mode = CheckMode.IN_PLACE if self.task.checks_in_place else CheckMode.FRESH
         try:
-            if mode == "in_place":
+            if mode == CheckMode.IN_PLACE:
                 return self._check_in_place()
             return self._check_fresh()
         except CheckBlocked as exc:
@@ -272,14 +280,14 @@ class Check:
             message="the check runs in a fresh container: the base"
             + (", set up by the task's setup command," if setup else "")
             + " with exactly the recorded changes applied",
-            check_mode="fresh",
+            check_mode=CheckMode.FRESH,
         )
         session = self._fresh_session("check")
         try:
             self._prepare_fresh(session, folder, listing)
             if task.rebuild_command.strip():
                 self._rebuild(session, folder, listing)
-            return self._run_check(session, changes.index_entries(listing), mode="fresh")
+            return self._run_check(session, changes.index_entries(listing), mode=CheckMode.FRESH)
         finally:
             session.remove()
 
@@ -394,11 +402,11 @@ class Check:
             message=(
                 "the verifier runs in place, as Harbor runs it: every agent process ended, "
                 "protected paths reset, the tests put at /tests, /logs/verifier emptied"
-                if self.task.layout == "harbor"
+                if self.task.layout == Layout.HARBOR
                 else "the check runs in place, in the agent's container: every agent process "
                 "ended, protected paths reset, a fresh HOME, no user site-packages"
             ),
-            check_mode="in_place",
+            check_mode=CheckMode.IN_PLACE,
         )
         agent = self.agent
         agent.halt()  # no process of the agent's, even on a re-check
@@ -418,7 +426,7 @@ class Check:
             )
         agent.start()
         try:
-            return self._run_check(agent, entries, mode="in_place")
+            return self._run_check(agent, entries, mode=CheckMode.IN_PLACE)
         finally:
             try:
                 self._put_back(agent, saved, entries)
@@ -475,7 +483,7 @@ class Check:
             session.sandbox.put_archive(
                 session.workdir.rstrip("/").rsplit("/", 1)[0] or "/", restore.getvalue()
             )
-        if task.layout == "harbor":
+        if task.layout == Layout.HARBOR:
             harbor_layout.clear_after_check(session)
 
     def _repair_verifier_tools(
@@ -514,17 +522,17 @@ class Check:
         return repaired
 
     def _run_check(
-        self, session: SandboxSession, entries: dict[str, str], *, mode: str
+        self, session: SandboxSession, entries: dict[str, str], *, mode: CheckMode
     ) -> CheckResult:
         task = self.task
         folders = CheckFolders.new()
-        harbor = task.layout == "harbor"
+        harbor = task.layout == Layout.HARBOR
         check_user = session.run_as(task.check_user)
         # In the agent's container, a root agent could have changed what the verifier runs
         # with: put back as the image had it before anything runs there.
         repaired = (
             self._repair_verifier_tools(session, check_user)
-            if mode == "in_place" and (harbor or task.allow_root)
+            if mode == CheckMode.IN_PLACE and (harbor or task.allow_root)
             else None
         )
         if harbor:  # Harbor's own folders, the image's HOME, the verifier as the task says
@@ -536,12 +544,12 @@ class Check:
             reports = harbor_layout.VERIFIER_LOGS
         else:
             made = [folders.reports]
-            if mode == "in_place":
+            if mode == CheckMode.IN_PLACE:
                 made.append(folders.home)
             self._reset_protected(session, entries, made)
             reports = folders.reports
         session.put_archive(folders.plugin_tar())
-        pipe = WitnessPipe(session, folders.witness, timeout=task.check_timeout + 120)
+        pipe = WitnessPipe(session, folders.witness, timeout=task.check_timeout + CHECK_MARGIN)
         image_env = session.image_environment()
         env = {
             **stage_env.resolve(task.stage_env, "verifier"),
@@ -562,7 +570,7 @@ class Check:
         }
         if harbor and repaired and repaired.home and "HOME" not in image_env:
             env["HOME"] = repaired.home  # the image's, whatever the agent made of /etc/passwd
-        if mode == "in_place" and not harbor:
+        if mode == CheckMode.IN_PLACE and not harbor:
             env.update(
                 HOME=folders.home,
                 PYTHONUSERBASE=f"{folders.home}/.no-user-site",
@@ -632,7 +640,7 @@ class Check:
         base = self.trees.base_files()
         touched = {p for p in {*base, *listing} if base.get(p) != listing.get(p)}
         covers = self.trees.protection.covers
-        harbor = self.task.layout == "harbor"
+        harbor = self.task.layout == Layout.HARBOR
 
         def blame(path: str) -> bool:
             if path.startswith("/"):
@@ -642,7 +650,7 @@ class Check:
         return blame
 
     def _save_check(
-        self, *, mode: str, run: CommandRun, score: scoring.Score, files=None
+        self, *, mode: CheckMode, run: CommandRun, score: scoring.Score, files=None
     ) -> CheckResult:
         requested_by = self.requested_by
         junit = next((data for _, data in scoring.junit_files(files or {})), b"")

@@ -41,6 +41,7 @@ from attempts.models import (
     CheckResult,
     Event,
     EventKind,
+    Layout,
     Outcome,
     SandboxState,
     Status,
@@ -206,7 +207,7 @@ class AttemptRunner:
             base_commit=task.base_commit,
         )
         self._stop_if_asked()
-        if task.layout == "harbor":  # the image holds the working folder's files
+        if task.layout == Layout.HARBOR:  # the image holds the working folder's files
             harbor_layout.prepare(session)
             message = (
                 f"sandbox started from {task.image_name}: the agent works in {session.workdir} "

@@ -19,7 +19,7 @@ from attempts.core import runner_reach
 from attempts.core.errors import InfrastructureError, TaskInvalid
 from attempts.core.protected import Protection, task_protection
 from attempts.exports.workspace import filter_workspace
-from attempts.models import Actor, Attempt, EventKind
+from attempts.models import Actor, Attempt, EventKind, RunnerAccess
 from attempts.run import changes
 from attempts.run.changes import ChangesUnavailable
 from attempts.run.session import SandboxSession, update_attempt
@@ -79,11 +79,6 @@ class AttemptTrees:
         )
 
     @property
-    def in_place(self) -> bool:
-        """The check runs on the agent's own tree (not on a fresh copy of the record)."""
-        return self.task.check_mode == "in_place" or self.task.layout == "harbor"
-
-    @property
     def workdir(self) -> str:
         return self.task.workdir or "/workspace"
 
@@ -111,7 +106,7 @@ class AttemptTrees:
             scratch=self.scratch,
             protection=self.protection,
             max_patch_bytes=settings.BOLTZ_MAX_TREE_BYTES,
-            every_file=self.in_place,
+            every_file=self.task.checks_in_place,
         )
         shutil.rmtree(tree.root, ignore_errors=True)  # what is kept is the patch
         # Code the agent added that reaches into the test runner, named with file and line:
@@ -168,7 +163,7 @@ class AttemptTrees:
                 f"{runner_reach.findings_text(reach)}; "
                 + (
                     'the task allows it (runner_access = "report")'
-                    if self.task.runner_access == "report"
+                    if self.task.runner_access == RunnerAccess.REPORT
                     else "the check fails because of it"
                 ),
                 runner_access=reach,

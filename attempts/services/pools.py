@@ -35,6 +35,7 @@ from attempts.dispatch import calls as opcalls
 from attempts.dispatch import queue as queueing
 from attempts.dispatch.hosts import host_alive
 from attempts.models import (
+    CHECK_BUDGET_FIELDS,
     SESSION_TASK_FIELDS,
     Actor,
     Attempt,
@@ -76,6 +77,8 @@ EPISODE_FIELDS = (
     "failure_reason",
     "container_id",
 )
+# ... and of its task: its session's fields, and what a submit's wait reads (Task.check_budget).
+EPISODE_TASK_FIELDS = (*SESSION_TASK_FIELDS, *CHECK_BUDGET_FIELDS)
 
 
 # --- creating and finding -----------------------------------------------------------------------
@@ -166,7 +169,7 @@ def current_episodes(pool: Pool, indices: Iterable[int] | None = None) -> dict[i
     rows = (
         Attempt.objects.filter(pool=pool)
         .select_related("task")
-        .only(*EPISODE_FIELDS, *(f"task__{name}" for name in SESSION_TASK_FIELDS))
+        .only(*EPISODE_FIELDS, *(f"task__{name}" for name in EPISODE_TASK_FIELDS))
         .order_by("pool_index", "-pk")
     )
     if indices is not None:
@@ -387,8 +390,7 @@ def _answer_time(episode: Attempt, action: dict, timeout: float | None) -> float
     if "run" in action:
         seconds += action.get("timeout", DEFAULT_RUN_TIMEOUT)
     if action.get("submit"):
-        task = episode.task
-        seconds += 2 * task.setup_timeout + task.check_timeout + 120.0
+        seconds += episode.task.check_budget
     return seconds
 
 

@@ -9,7 +9,7 @@ import re
 
 from django.db import transaction
 
-from attempts.models import DONE_STATUSES, Attempt, Outcome, Task
+from attempts.models import DONE_STATUSES, Attempt, Outcome, Task, Validation
 
 # Lines that say what went wrong, best first: an exception with its message, then the
 # markers test runners and compilers print.
@@ -33,7 +33,7 @@ def task_validate(*, task: Task, by: str) -> Task:
 
     if not task.has_reference:
         Task.objects.filter(pk=task.pk).update(
-            validation="invalid",
+            validation=Validation.INVALID,
             validation_reference=None,
             validation_noop=None,
             validation_note="no reference solution: give the task a reference patch",
@@ -44,7 +44,7 @@ def task_validate(*, task: Task, by: str) -> Task:
         reference = attempt_create(task=task, agent="reference")
         noop = attempt_create(task=task, agent="noop")
         Task.objects.filter(pk=task.pk).update(
-            validation="running",
+            validation=Validation.RUNNING,
             validation_reference=reference,
             validation_noop=noop,
             validation_note=f"validating (requested by {by})",
@@ -56,7 +56,7 @@ def task_validate(*, task: Task, by: str) -> Task:
 def verdict(reference: Attempt | None, noop: Attempt | None) -> tuple[str, str] | None:
     """(mark, note) once both attempts have ended; None while either still runs."""
     if reference is None or noop is None:
-        return "invalid", "a validation attempt was deleted: validate again"
+        return Validation.INVALID, "a validation attempt was deleted: validate again"
     if reference.status not in DONE_STATUSES or noop.status not in DONE_STATUSES:
         return None
     problems = []
@@ -67,7 +67,7 @@ def verdict(reference: Attempt | None, noop: Attempt | None) -> tuple[str, str] 
                 f"{attempt.failure_reason or attempt.outcome}"
             )
     if problems:
-        return "invalid", "; ".join(problems)
+        return Validation.INVALID, "; ".join(problems)
     if reference.outcome != Outcome.PASSED:
         problem = (
             f"reference failed ({reference.name}, {reference.outcome}): the "
@@ -81,8 +81,8 @@ def verdict(reference: Attempt | None, noop: Attempt | None) -> tuple[str, str] 
     if noop.outcome == Outcome.PASSED:
         problems.append(f"noop passed ({noop.name}): the check passes without any change")
     if problems:
-        return "invalid", "; ".join(problems)
-    return "valid", f"reference passed ({reference.name}) and noop failed ({noop.name})"
+        return Validation.INVALID, "; ".join(problems)
+    return Validation.VALID, f"reference passed ({reference.name}) and noop failed ({noop.name})"
 
 
 def first_error_line(output: str, limit: int = QUOTE_CHARS) -> str:
@@ -106,7 +106,7 @@ def first_error_line(output: str, limit: int = QUOTE_CHARS) -> str:
 def refresh_validation(task_id: int) -> None:
     """Called as attempts end: set the task's mark once both validation attempts are done."""
     task = (
-        Task.objects.filter(pk=task_id, validation="running")
+        Task.objects.filter(pk=task_id, validation=Validation.RUNNING)
         .select_related("validation_reference", "validation_noop")
         .first()
     )
@@ -114,6 +114,6 @@ def refresh_validation(task_id: int) -> None:
         return
     result = verdict(task.validation_reference, task.validation_noop)
     if result is not None:
-        Task.objects.filter(pk=task.pk, validation="running").update(
+        Task.objects.filter(pk=task.pk, validation=Validation.RUNNING).update(
             validation=result[0], validation_note=result[1]
         )

@@ -18,7 +18,7 @@ from attempts.core import runner_reach
 from attempts.core.errors import ImageBuildFailed, TaskInvalid
 from attempts.core.protected import PatternError, check_pattern, task_protection
 from attempts.dispatch.hosts import image_known, local_docker
-from attempts.models import Task
+from attempts.models import RewardRules, RunnerAccess, Task
 from attempts.taskio import images as task_images
 from attempts.taskio import repos
 from boltz_web.env_values import parse_bytes, parse_seconds
@@ -47,7 +47,6 @@ _TOP_KEYS = {
     "repository",
     "limits",
 }
-CHECK_MODES = ("fresh", "in_place")
 _REPO_KEYS = {"path", "url", "ref"}
 _LIMIT_KEYS = {
     "agent_timeout",
@@ -89,17 +88,6 @@ def protected_patterns(patterns, *, field: str = "protected_paths") -> list[str]
     return list(dict.fromkeys(cleaned))
 
 
-def runner_access_setting(value, *, field: str = "runner_access") -> str:
-    """A task's runner_access: "fail" (the default) or "report"; TaskInvalid(field) otherwise."""
-    if value not in runner_reach.SETTINGS:
-        raise TaskInvalid(
-            field,
-            f'{value!r}: expected "fail" (the check fails when the agent\'s code reaches into '
-            'the test runner) or "report" (it is only listed in the tamper report)',
-        )
-    return value
-
-
 def check_integrity_settings(spec: dict) -> dict:
     """The task.toml keys that say what the check may use of the agent's work, checked:
     `agent_writes_tests` (bool), `compiled_files` ("remove" or "allow"), `rebuild` (a
@@ -108,13 +96,7 @@ def check_integrity_settings(spec: dict) -> dict:
     writes_tests = spec.get("agent_writes_tests", False)
     if not isinstance(writes_tests, bool):
         raise TaskInvalid("agent_writes_tests", f"{writes_tests!r}: expected true or false")
-    compiled = spec.get("compiled_files", "remove")
-    if compiled not in ("remove", "allow"):
-        raise TaskInvalid(
-            "compiled_files",
-            f'{compiled!r}: expected "remove" (compiled files the agent adds never reach the '
-            'check) or "allow" (the check uses what the agent built)',
-        )
+    compiled = Task.rule("compiled_files", spec.get("compiled_files"))
     rebuild = spec.get("rebuild", "")
     if not isinstance(rebuild, str):
         raise TaskInvalid("rebuild", "must be a shell command")
@@ -146,16 +128,17 @@ def base_paths(repo_url: str, commit: str) -> list[str]:
     return [p for p in listing.split("\0") if p]
 
 
-_TASK_DEFAULTS = {
-    "protected_paths": [],
-    "check_file_paths": [],
-    "check_removed_paths": [],
-    "check_command": "",
-    "layout": "boltz",
-    "runner_access": "fail",
-    "agent_writes_tests": False,
-    "compiled_files": "remove",
-}
+# The task's fields its protection (and so a reference's honesty) depends on.
+_PROTECTION_FIELDS = (
+    "protected_paths",
+    "check_file_paths",
+    "check_removed_paths",
+    "check_command",
+    "layout",
+    "runner_access",
+    "agent_writes_tests",
+    "compiled_files",
+)
 
 
 def check_reference_is_honest(
@@ -169,8 +152,8 @@ def check_reference_is_honest(
     if not patch.strip():
         return
     fields = {
-        **_TASK_DEFAULTS,
-        **{name: getattr(task, name) for name in _TASK_DEFAULTS if hasattr(task, name)},
+        **{name: Task._meta.get_field(name).get_default() for name in _PROTECTION_FIELDS},
+        **{name: getattr(task, name) for name in _PROTECTION_FIELDS if hasattr(task, name)},
         **values,
     }
     base = list(base)
@@ -184,7 +167,7 @@ def check_reference_is_honest(
             "which are reset to the base before every check: it could never pass; unprotect "
             "them or change the reference",
         )
-    if fields["runner_access"] != "report":
+    if fields["runner_access"] != RunnerAccess.REPORT:
         found = runner_reach.scan_patch(
             patch, own_packages=runner_reach.own_packages(base), skip=protection.covers
         )
@@ -288,15 +271,13 @@ def read_task_dir(directory: Path, **options) -> dict:
         image = built["image"]
     else:
         require_image(image)
-    check_mode = spec.get("check_mode", "fresh")
-    if check_mode not in CHECK_MODES:
-        raise TaskInvalid("check_mode", f"{check_mode!r}: expected one of {', '.join(CHECK_MODES)}")
+    check_mode = Task.rule("check_mode", spec.get("check_mode"))
     protected = protected_patterns(spec.get("protected_paths", []))
-    runner_access = runner_access_setting(spec.get("runner_access", "fail"))
+    runner_access = Task.rule("runner_access", spec.get("runner_access"))
     reward_file = spec.get("reward_file", False)
-    reward_rules = "boltz"
-    if reward_file == "harbor":  # Harbor's rules: only the reward file decides
-        reward_file, reward_rules = True, "harbor"
+    reward_rules = Task.rule("reward_rules")
+    if reward_file == RewardRules.HARBOR:  # Harbor's rules: only the reward file decides
+        reward_file, reward_rules = True, RewardRules.HARBOR
     if not isinstance(reward_file, bool):
         raise TaskInvalid(
             "reward_file", f'{reward_file!r}: expected true, false or "harbor" (Harbor\'s rules)'

@@ -134,9 +134,8 @@ class TaskAdminForm(forms.ModelForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["repo_url"].required = False
-        self.fields["check_mode"].required = False  # empty: a fresh container
-        self.fields["runner_access"].required = False  # empty: "fail"
-        self.fields["compiled_files"].required = False  # empty: "remove"
+        for rule in ("check_mode", "runner_access", "compiled_files"):
+            self.fields[rule].required = False  # empty: the task's default
         self.fields["check_command"].required = False  # clean_check_command says what to fix
         self.fields["reference_patch"].strip = False  # a patch's last newline matters
         self.fields["base_ref"].help_text = "Branch, tag or commit; stored as the commit it names."
@@ -170,14 +169,20 @@ class TaskAdminForm(forms.ModelForm):
             raise forms.ValidationError("give at least 16m")
         return value
 
+    def _rule(self, name: str) -> str:
+        try:
+            return Task.rule(name, self.cleaned_data.get(name) or None)
+        except TaskInvalid as exc:
+            raise forms.ValidationError(exc.message) from None
+
     def clean_check_mode(self):
-        return self.cleaned_data.get("check_mode") or "fresh"
+        return self._rule("check_mode")
 
     def clean_runner_access(self):
-        return self.cleaned_data.get("runner_access") or "fail"
+        return self._rule("runner_access")
 
     def clean_compiled_files(self):
-        return self.cleaned_data.get("compiled_files") or "remove"
+        return self._rule("compiled_files")
 
     def clean_rebuild_globs(self):
         try:

@@ -32,6 +32,7 @@ from django.utils.text import slugify
 
 from attempts.core.errors import NETWORK_TASKS_OFF, ImageBuildFailed, TaskInvalid
 from attempts.dispatch.hosts import local_docker
+from attempts.models import CheckMode, Layout, RewardRules
 from attempts.taskio import images as task_images
 from attempts.taskio.folders import require_image
 from attempts.taskio.importers.harbor_config import HarborSpec, read_spec
@@ -101,11 +102,11 @@ def task_values(
         "dataset": slugify(spec.dataset)[:40],
         "title": spec.title or spec.name,
         "instruction": instruction,
-        "layout": "harbor",
+        "layout": Layout.HARBOR,
         "check_command": CHECK,
-        "check_mode": "in_place",
+        "check_mode": CheckMode.IN_PLACE,
         "reward_file": True,
-        "reward_rules": "harbor",
+        "reward_rules": RewardRules.HARBOR,
         "protected_paths": [],
         "check_files": folder_tar(path / "tests", "tests"),
         "check_file_paths": [],
