@@ -1,10 +1,16 @@
-"""The attempt director: one attempt's stages, each a few lines over its sandbox session.
+"""The attempt director: one sequence of stages for every kind of attempt, each stage a few lines
+over its sandbox session.
 
-claim -> start (container, repository, setup) -> work (the agent) -> end (every process of the
-agent's) -> record (its changes, read out of the stopped sandbox and diffed on the worker) ->
-check (checking.py) -> keep the sandbox for review.
-Infrastructure faults end the attempt as `infra_error` with the reason; they are never the
-agent's failure.
+claim -> start (container, repository, setup) -> work -> end (every process in the sandbox) ->
+record (its changes, read out of the stopped sandbox and diffed on the worker) -> check
+(check.py), when the attempt ends with one -> keep the sandbox for review -> finish, and announce
+the end (core/ended.py).
+
+Only the work stage differs between kinds, with whether a check ends it: a pipeline attempt's
+agent runs its command (`AgentStep`, here); an API sandbox, and a pool's episode (which is one),
+is held while its client drives it (`ClientHold`, operations.py). Every error that ends the
+stages maps to the attempt's outcome in one place, `outcome_of`: infrastructure faults end the
+attempt as `infra_error` with the reason and the stage; they are never the agent's failure.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import logging
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -23,6 +30,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from attempts.core import agents, redaction, stage_env
+from attempts.core.ended import announce
 from attempts.core.errors import (
     NETWORK_TASKS_OFF,
     AttemptGone,
@@ -59,7 +67,7 @@ from attempts.run.heartbeat import beating
 from attempts.run.image_builds import ensure_task_image
 from attempts.run.session import CommandRun, SandboxSession, files_tar, update_attempt
 from attempts.run.trees import AttemptTrees
-from attempts.services.callbacks import attempt_ended
+from attempts.taskio.from_image import has_check
 
 log = logging.getLogger(__name__)
 
@@ -103,32 +111,104 @@ def scratch_folder(attempt: Attempt):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+# What says that a reviewer stopped an attempt while it ran: read between steps.
+STOP_FIELDS = (
+    "sandbox_deleted_at",
+    "sandbox_deleted_by",
+    "cancel_requested_by",
+    "cancel_requested_at",
+)
+
+
+class WorkStage:
+    """What one kind of attempt does in its work stage, and whether a check ends it. The
+    director runs every other stage, and maps every error to an outcome, the same way for all."""
+
+    def run(self, director: AttemptRunner) -> CommandRun | None:
+        """The work; returns the agent's command when one ran (the verdict reads it)."""
+        raise NotImplementedError
+
+    def checks(self, director: AttemptRunner) -> bool:
+        """Does the task's check run once the changes are recorded?"""
+        return True
+
+
+class AgentStep(WorkStage):
+    """A pipeline attempt's work: the agent's files and the instruction put into the sandbox,
+    then its command run there within the task's time limit (`noop` runs none)."""
+
+    def run(self, director: AttemptRunner) -> CommandRun | None:
+        session, task = director.session, director.task
+        plan = agents.plan_for(director.attempt)
+        director.advance(Status.RUNNING, f"agent {plan.description}")
+        if plan.files:
+            files = {f"{agents.AGENT_DIR}/{name}": data for name, data in plan.files.items()}
+            session.put_files(files, mode=0o755, actor=Actor.AGENT, action="upload")
+        if plan.archive:
+            session.put_archive(plan.archive)
+        session.put_archive(
+            files_tar({f"{BOLTZ_DIR[1:]}/instruction.md": task.instruction.encode()})
+        )
+        if plan.command is None:
+            return None
+        ooms = session.oom_kills()
+        user = plan.user or task.agent_user
+        try:
+            run = session.exec(
+                "agent",
+                plan.command,
+                timeout=task.agent_timeout,
+                actor=Actor.AGENT,
+                environment={
+                    **(director.attempt.agent_env or {}),
+                    **plan.environment,
+                    "BOLTZ_INSTRUCTION": task.instruction,
+                    "BOLTZ_AGENT_DIR": agents.AGENT_DIR,
+                },
+                user=session.run_as(user),
+                user_name=user,
+            )
+        except SandboxGone:
+            if not director.out_of_memory("the sandbox was killed during the agent's step"):
+                raise
+            return None
+        after = session.oom_kills()
+        if ooms is not None and after is not None and after > ooms:
+            director.note_oom("a process of the agent's was killed")
+        if run.result.exit_code not in (0, None) and not run.result.timed_out:
+            who = "the reference solution" if plan.stage == "solution" else "the agent"
+            director.agent_cause = diagnosis.explain(who, run.text())
+            if director.agent_cause:
+                director.timeline.add(
+                    EventKind.ERROR, actor=Actor.AGENT, message=director.agent_cause
+                )
+        return run
+
+
 class AttemptRunner:
-    def __init__(self, attempt: Attempt, *, rechecking: bool = False):
+    """The director of one attempt's stages. `work` is its kind's work stage: the agent's
+    command (AgentStep) unless told otherwise."""
+
+    def __init__(
+        self, attempt: Attempt, *, rechecking: bool = False, work: WorkStage | None = None
+    ):
         self.attempt = attempt
         self.task = attempt.task
+        self.work = work or AgentStep()
         self.timeline = Timeline(attempt.pk)
         self.session: SandboxSession | None = None
         self.trees: AttemptTrees | None = None
         self.timings: dict[str, float] = {}
         self.rechecking = rechecking
-        self.agent_oom = ""  # why the agent's step was cut short for memory, if it was
+        self.agent_oom = ""  # why the work was cut short for memory, if it was
         self.agent_cause = ""  # an environment problem the agent's failing step ran into
 
     # --- bookkeeping -------------------------------------------------------------------------
-    def _stop_if_asked(self) -> None:
+    def stop_if_asked(self, row: dict | None = None) -> None:
         """Between steps and while commands run: has a reviewer cancelled this attempt, or
-        deleted its sandbox, meanwhile?"""
-        row = (
-            Attempt.objects.filter(pk=self.attempt.pk)
-            .values(
-                "sandbox_deleted_at",
-                "sandbox_deleted_by",
-                "cancel_requested_by",
-                "cancel_requested_at",
-            )
-            .first()
-        )
+        deleted its sandbox, meanwhile? `row` holds its STOP_FIELDS when they were just read."""
+        if row is None:
+            row = Attempt.objects.filter(pk=self.attempt.pk).values(*STOP_FIELDS).first()
         if row is None:
             raise AttemptGone(f"attempt {self.attempt.pk} was deleted")
         if self.rechecking:
@@ -140,8 +220,9 @@ class AttemptRunner:
                 f"its sandbox was deleted by {row['sandbox_deleted_by']} while the attempt ran"
             )
 
-    def _status(self, status: str, message: str) -> None:
-        self._stop_if_asked()
+    def advance(self, status: str, message: str) -> None:
+        """The attempt's next status, with the event that says what it does now."""
+        self.stop_if_asked()
         update_attempt(self.attempt, status=status)
         self.timeline.add(EventKind.LIFECYCLE, status=status, message=message)
 
@@ -149,10 +230,23 @@ class AttemptRunner:
         self.session = SandboxSession(
             self.attempt,
             sandbox,
-            should_stop=self._stop_if_asked,
+            should_stop=self.stop_if_asked,
             secrets=redaction.secrets_of(self.attempt),  # never kept in any command's output
         )
         return self.session
+
+    def out_of_memory(self, what: str) -> bool:
+        """The sandbox stopped during the work stage. True (and noted) when the kernel killed
+        it for memory: the work's own doing, as every command runs out of reach of its init, so
+        only memory can stop it from inside. False when something outside stopped it."""
+        if not self.session.stopped_by_oom():
+            return False
+        self.note_oom(what)
+        return True
+
+    def note_oom(self, what: str) -> None:
+        self.agent_oom = f"{what}: out of memory ({memory_text(self.task.memory_bytes)} limit)"
+        self.timeline.add(EventKind.ERROR, actor=Actor.AGENT, message=self.agent_oom)
 
     # --- stages ------------------------------------------------------------------------------
     def build_image(self) -> None:
@@ -206,7 +300,7 @@ class AttemptRunner:
             image=task.image_name,
             base_commit=task.base_commit,
         )
-        self._stop_if_asked()
+        self.stop_if_asked()
         if task.layout == Layout.HARBOR:  # the image holds the working folder's files
             harbor_layout.prepare(session)
             message = (
@@ -235,61 +329,9 @@ class AttemptRunner:
                 why = "timed out" if run.result.timed_out else f"exited {run.result.exit_code}"
                 raise InfrastructureError(f"the task's setup command {why}")
 
-    def work(self) -> CommandRun | None:
-        session, task = self.session, self.task
-        plan = agents.plan_for(self.attempt)
-        self._status(Status.RUNNING, f"agent {plan.description}")
-        if plan.files:
-            files = {f"{agents.AGENT_DIR}/{name}": data for name, data in plan.files.items()}
-            session.put_files(files, mode=0o755, actor=Actor.AGENT, action="upload")
-        if plan.archive:
-            session.put_archive(plan.archive)
-        session.put_archive(
-            files_tar({f"{BOLTZ_DIR[1:]}/instruction.md": task.instruction.encode()})
-        )
-        if plan.command is None:
-            return None
-        ooms = session.oom_kills()
-        user = plan.user or task.agent_user
-        try:
-            run = session.exec(
-                "agent",
-                plan.command,
-                timeout=task.agent_timeout,
-                actor=Actor.AGENT,
-                environment={
-                    **(self.attempt.agent_env or {}),
-                    **plan.environment,
-                    "BOLTZ_INSTRUCTION": task.instruction,
-                    "BOLTZ_AGENT_DIR": agents.AGENT_DIR,
-                },
-                user=session.run_as(user),
-                user_name=user,
-            )
-        except SandboxGone:
-            # The sandbox stopped under the agent. Its init is out of the agent's reach, so
-            # only memory can do that from inside; anything else came from outside.
-            if not session.stopped_by_oom():
-                raise
-            self._note_oom("the sandbox was killed during the agent's step")
-            return None
-        after = session.oom_kills()
-        if ooms is not None and after is not None and after > ooms:
-            self._note_oom("a process of the agent's was killed")
-        if run.result.exit_code not in (0, None) and not run.result.timed_out:
-            who = "the reference solution" if plan.stage == "solution" else "the agent"
-            self.agent_cause = diagnosis.explain(who, run.text())
-            if self.agent_cause:
-                self.timeline.add(EventKind.ERROR, actor=Actor.AGENT, message=self.agent_cause)
-        return run
-
-    def _note_oom(self, what: str) -> None:
-        self.agent_oom = f"{what}: out of memory ({memory_text(self.task.memory_bytes)} limit)"
-        self.timeline.add(EventKind.ERROR, actor=Actor.AGENT, message=self.agent_oom)
-
     def end_agent(self) -> None:
         """End every process of the agent's before anything of its work is read."""
-        self._status(
+        self.advance(
             Status.CHECKING, "ending every process of the agent's, then recording its changes"
         )
         self.session.halt()
@@ -350,47 +392,42 @@ class AttemptRunner:
             self.start()
             self.timings["start"] = round(time.monotonic() - mark, 3)
             stage, mark = "work", time.monotonic()
-            agent = self.work()
+            agent = self.work.run(self)
             self.timings["work"] = round(time.monotonic() - mark, 3)
             stage, mark = "record", time.monotonic()
             self.end_agent()
             self.trees.record(self.session)
             self.timings["record"] = round(time.monotonic() - mark, 3)
-            stage, mark = "check", time.monotonic()
-            result = self.check()
-            self.timings["check"] = round(time.monotonic() - mark, 3)
-            score = result.score
-            outcome, reason = self._verdict(agent, result)
-        except ChangesUnavailable as exc:
-            # Something the agent left cannot be recorded: never "no changes", never a pass.
-            outcome, score = Outcome.FAILED, 0.0
-            reason = f"changes unavailable: {exc.reason}"
-            with contextlib.suppress(AttemptGone):
-                update_attempt(self.attempt, changes_state="unavailable", changes_error=exc.reason)
-            self.timeline.add(EventKind.ERROR, message=reason)
-        except AttemptStopped as exc:
-            outcome, reason = Outcome.CANCELLED, exc.reason
-        except InfrastructureError as exc:
-            reason = f"{stage}: {exc.reason}"
-            stopped = self._stopped_reason()
-            if stopped:  # the container vanished because a reviewer deleted it
-                outcome, reason = Outcome.CANCELLED, stopped
-        except TaskInvalid as exc:
-            reason = f"{stage}: task cannot run: {exc}"
-        except SoftTimeLimitExceeded:
-            reason = f"{stage}: the worker's time limit for this attempt ran out"
+            result = None
+            if self.work.checks(self):
+                stage, mark = "check", time.monotonic()
+                result = self.check()
+                self.timings["check"] = round(time.monotonic() - mark, 3)
+            outcome, reason, score = self._verdict(agent, result)
         except AttemptGone:
             raise
-        except Exception as exc:  # noqa: BLE001 - a bug in Boltz is never the agent's failure
-            log.exception("attempt %s crashed in %s", self.attempt.pk, stage)
-            reason = f"{stage}: internal error in Boltz: {exc!r}"
+        except Exception as exc:  # noqa: BLE001 - each error is an outcome: outcome_of says which
+            outcome, reason, score = self._ended_by(exc, stage)
         finally:
             self.keep_sandbox()
         self.timings["total"] = round(time.monotonic() - began, 3)
         self.finish(outcome, reason, score)
 
+    def _ended_by(self, exc: Exception, stage: str) -> tuple[str, str, float | None]:
+        """The outcome, reason and score of an attempt whose stages `exc` ended, with what the
+        error leaves on its record."""
+        if not isinstance(exc, EXPECTED_ERRORS):
+            log.error("attempt %s crashed in %s", self.attempt.pk, stage, exc_info=exc)
+        outcome, reason, score = outcome_of(exc, stage, stopped=self._stopped_reason)
+        if isinstance(exc, ChangesUnavailable):
+            with contextlib.suppress(AttemptGone):
+                update_attempt(self.attempt, changes_state="unavailable", changes_error=exc.reason)
+            self.timeline.add(EventKind.ERROR, message=reason)
+        return outcome, reason, score
+
     def finish(self, outcome: str, reason: str, score: float | None) -> None:
-        """The attempt's final status, outcome and reason, with the event that says so."""
+        """The attempt's final status, outcome and reason, with the event that says so; then
+        its end is announced."""
         if outcome == Outcome.INFRA_ERROR:
             self.timeline.add(EventKind.ERROR, message=reason, infrastructure=True)
         status = Status.CANCELLED if outcome == Outcome.CANCELLED else Status.FINISHED
@@ -412,32 +449,85 @@ class AttemptRunner:
                 reason=reason,
                 message=f"{status}: {outcome}",
             )
-        attempt_ended(self.attempt.pk, self.task.pk)
+        announce(self.attempt.pk, self.task.pk)
 
-    def _verdict(self, agent: CommandRun | None, result: CheckResult) -> tuple[str, str]:
-        """The attempt's outcome and reason from its agent's step and its check."""
+    def _verdict(
+        self, agent: CommandRun | None, result: CheckResult | None
+    ) -> tuple[str, str, float | None]:
+        """The attempt's outcome, reason and score from its work and its check: the one that
+        ended it, else the last one its client asked for (an API sandbox closed without one
+        has no outcome)."""
+        last = result or self.attempt.checks.order_by("-pk").first()
+        if last is None:
+            closed = (
+                "closed without a check"
+                if has_check(self.task)
+                else "closed (a sandbox from an image has no check)"
+            )
+            return "", "; ".join(n for n in (closed, self.agent_oom) if n), None
         if agent is not None and agent.result.timed_out:
             limit = self.task.agent_timeout
-            return Outcome.AGENT_TIMEOUT, f"the agent ran past its {limit:g}s limit and was killed"
+            reason = f"the agent ran past its {limit:g}s limit and was killed"
+            return Outcome.AGENT_TIMEOUT, reason, last.score
         if (
             agent is not None
             and self.attempt.agent_command == agents.PATCH_COMMAND
             and agent.result.exit_code == agents.PATCH_NOT_APPLIED
         ):  # the patch agent's patch did not apply: that attempt's failure, as in SWE-bench
-            return Outcome.FAILED, agents.not_applied_reason(agent.stderr.text())
-        outcome, reason = verdict_of(self.task, result)
+            return Outcome.FAILED, agents.not_applied_reason(agent.stderr.text()), last.score
+        outcome, reason = verdict_of(self.task, last)
         if outcome == Outcome.FAILED:
             # Why, in words, when the environment explains it: the agent's own step first.
             notes = [n for n in (reason, self.agent_oom, self.agent_cause) if n]
             reason = "; ".join(dict.fromkeys(notes))
-        return outcome, reason
+        return outcome, reason, last.score
 
     def _stopped_reason(self) -> str:
         try:
-            self._stop_if_asked()
+            self.stop_if_asked()
         except AttemptStopped as exc:
             return exc.reason
         return ""
+
+
+# Errors that end an attempt's stages in the ordinary course: no traceback is logged for them.
+EXPECTED_ERRORS = (
+    ChangesUnavailable,
+    AttemptStopped,
+    InfrastructureError,
+    TaskInvalid,
+    SoftTimeLimitExceeded,
+)
+
+
+def outcome_of(
+    exc: Exception, stage: str, *, stopped: Callable[[], str] = lambda: ""
+) -> tuple[str, str, float | None]:
+    """The one mapping, for every kind of attempt, from the error that ended its stages (in
+    `stage`: start, work, record or check) to its outcome, reason and score. `stopped` says
+    why a reviewer stopped the attempt, if one did: an infrastructure error is then only what
+    followed (its container went with its deleted sandbox). AttemptGone is no outcome: the
+    attempt is not there to have one."""
+    if isinstance(exc, ChangesUnavailable):
+        # Something the agent left cannot be recorded: never "no changes", never a pass.
+        return Outcome.FAILED, f"changes unavailable: {exc.reason}", 0.0
+    if isinstance(exc, AttemptStopped):
+        return Outcome.CANCELLED, exc.reason, None
+    if isinstance(exc, InfrastructureError):
+        why = stopped()
+        if why:
+            return Outcome.CANCELLED, why, None
+        return Outcome.INFRA_ERROR, f"{stage}: {exc.reason}", None
+    if isinstance(exc, TaskInvalid):
+        return Outcome.INFRA_ERROR, f"{stage}: task cannot run: {exc}", None
+    if isinstance(exc, SoftTimeLimitExceeded):
+        return (
+            Outcome.INFRA_ERROR,
+            f"{stage}: the worker's time limit for this attempt ran out",
+            None,
+        )
+    # A bug in Boltz is never the agent's failure.
+    return Outcome.INFRA_ERROR, f"{stage}: internal error in Boltz: {exc!r}", None
 
 
 # Checks that failed for a reason other than their tests: that reason is the attempt's.
@@ -483,12 +573,18 @@ def claim(attempt_id: int, *, host: str) -> bool:
 
 
 def run_attempt(attempt_id: int, *, host: str) -> bool:
-    """Claim and run one attempt; returns False when there was nothing to do."""
+    """Claim and run one pipeline attempt; returns False when there was nothing to do."""
+    return run_claimed(attempt_id, host=host, work=AgentStep())
+
+
+def run_claimed(attempt_id: int, *, host: str, work: WorkStage) -> bool:
+    """Claim an attempt of any kind and direct its stages, with `work` as its work stage;
+    returns False when there was nothing to do."""
     if not claim(attempt_id, host=host):
         log.info("attempt %s is not queued any more; this delivery does nothing", attempt_id)
         return False
     attempt = Attempt.objects.select_related("task").get(pk=attempt_id)
-    AttemptRunner(attempt).run()
+    AttemptRunner(attempt, work=work).run()
     return True
 
 
@@ -515,7 +611,7 @@ def mark_infra_error(attempt_id: int, reason: str, *, expected_status: str = Sta
     if updated:
         task_id = Attempt.objects.filter(pk=attempt_id).values_list("task_id", flat=True).first()
         if task_id:
-            attempt_ended(attempt_id, task_id)
+            announce(attempt_id, task_id)
     return bool(updated)
 
 

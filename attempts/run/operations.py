@@ -29,16 +29,20 @@ from attempts.models import (
     Attempt,
     CheckResult,
     EventKind,
-    Outcome,
     SandboxState,
     Status,
     Task,
 )
 from attempts.run import session as files
 from attempts.run.changes import ChangesUnavailable
-from attempts.run.director import AttemptRunner, claim, scratch_folder, verdict_of
+from attempts.run.director import (
+    STOP_FIELDS,
+    AttemptRunner,
+    WorkStage,
+    run_claimed,
+    scratch_folder,
+)
 from attempts.run.docker.runtime import Sandbox
-from attempts.run.heartbeat import beating
 from attempts.run.session import FileOpError, SandboxSession, update_attempt
 from attempts.run.trees import AttemptTrees
 from attempts.run.users import UserRefused
@@ -63,113 +67,58 @@ class Refused(Exception):
 
 # --- the holder ---------------------------------------------------------------------------------
 def hold_sandbox(attempt_id: int, *, host: str) -> None:
-    """Open an API sandbox and keep it until it is closed; then record its changes, check
-    them if asked, and keep the container for review."""
-    if not claim(attempt_id, host=host):
-        return
-    attempt = Attempt.objects.select_related("task").get(pk=attempt_id)
-    SandboxHolder(attempt).run()
+    """Open an API sandbox (or a pool's episode: one whose client is the pool) and hold it
+    until it is closed: the attempt director's stages, with the client's hold as the work."""
+    run_claimed(attempt_id, host=host, work=ClientHold())
 
 
-class SandboxHolder(AttemptRunner):
-    """The attempt director with a client in place of the agent's command."""
+class ClientHold(WorkStage):
+    """An API sandbox's work stage: live while its client drives it, until the client closes
+    it, its time to live or idle time runs out, or a reviewer deletes it or cancels it. The
+    check ends it only when the client closes it asking for one."""
 
-    def run(self) -> None:
+    def run(self, director: AttemptRunner) -> None:
+        attempt = director.attempt
+        update_attempt(attempt, status=Status.RUNNING, last_used_at=timezone.now())
+        director.timeline.add(
+            EventKind.LIFECYCLE,
+            status=Status.RUNNING,
+            message=f"sandbox live for {attempt.agent or 'an API client'}",
+        )
+        why = self._wait_for_close(director)
         try:
-            with beating(self.attempt.pk), scratch_folder(self.attempt) as scratch:
-                self.trees = AttemptTrees(self.attempt, scratch)
-                self._hold()
-        except AttemptGone:
-            self.cleanup_deleted()
+            director.session.ensure_running()
+        except SandboxGone:
+            # Died while live: only memory does that from inside; anything else (killed, its
+            # host's fault) is no outcome of the client's but an infrastructure error.
+            if not director.out_of_memory("the sandbox was killed while its client held it"):
+                raise
+        director.timeline.add(EventKind.LIFECYCLE, message=f"closing: {why}")
+        return None
 
-    def _hold(self) -> None:
-        attempt, timeline = self.attempt, self.timeline
-        outcome, reason, score = Outcome.INFRA_ERROR, "", None
-        stage = "start"
-        began = mark = time.monotonic()
-        try:
-            self.start()
-            self.timings["start"] = round(time.monotonic() - mark, 3)
-            stage, mark = "work", time.monotonic()
-            now = timezone.now()
-            update_attempt(attempt, status=Status.RUNNING, last_used_at=now)
-            timeline.add(
-                EventKind.LIFECYCLE,
-                status=Status.RUNNING,
-                message=f"sandbox live for {attempt.agent or 'an API client'}",
-            )
-            why = self._wait_for_close()
-            # A container that died while live (killed, its host's fault) is no outcome of
-            # the client's: the attempt is an infrastructure error.
-            self.session.ensure_running()
-            timeline.add(EventKind.LIFECYCLE, message=f"closing: {why}")
-            self.timings["work"] = round(time.monotonic() - mark, 3)
-            stage, mark = "record", time.monotonic()
-            self.end_agent()
-            self.trees.record(self.session)
-            self.timings["record"] = round(time.monotonic() - mark, 3)
-            result = None
-            if attempt.close_with_check and has_check(self.task):
-                stage, mark = "check", time.monotonic()
-                result = self.check()
-                self.timings["check"] = round(time.monotonic() - mark, 3)
-            last = result or attempt.checks.order_by("-pk").first()
-            if last is None:
-                outcome, reason = (
-                    "",
-                    (
-                        "closed without a check"
-                        if has_check(self.task)
-                        else "closed (a sandbox from an image has no check)"
-                    ),
-                )
-            else:
-                score = last.score
-                outcome, reason = verdict_of(self.task, last)
-        except ChangesUnavailable as exc:
-            outcome, score = Outcome.FAILED, 0.0
-            reason = f"changes unavailable: {exc.reason}"
-            update_attempt(attempt, changes_state="unavailable", changes_error=exc.reason)
-        except InfrastructureError as exc:
-            reason = f"{stage}: {exc.reason}"
-            if (
-                attempt.sandbox_deleted_at
-                or Attempt.objects.filter(pk=attempt.pk, sandbox_deleted_at__isnull=False).exists()
-            ):
-                outcome, reason = Outcome.CANCELLED, "its sandbox was deleted"
-        except AttemptGone:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a bug in Boltz is never the client's failure
-            log.exception("API sandbox %s crashed in %s", attempt.pk, stage)
-            reason = f"{stage}: internal error in Boltz: {exc!r}"
-        finally:
-            self.keep_sandbox()
-        self.timings["total"] = round(time.monotonic() - began, 3)
-        self.finish(outcome, reason, score)
+    def checks(self, director: AttemptRunner) -> bool:
+        return director.attempt.close_with_check and has_check(director.task)
 
-    def _wait_for_close(self) -> str:
-        """Until the client closes the sandbox, its time to live or idle time runs out, or it
-        is deleted. Returns why it closes."""
+    def _wait_for_close(self, director: AttemptRunner) -> str:
+        """Until the client closes the sandbox or its time to live or idle time runs out
+        (returns why), or a reviewer stops it (AttemptStopped, as a running agent is)."""
         while True:
             row = (
-                Attempt.objects.filter(pk=self.attempt.pk)
+                Attempt.objects.filter(pk=director.attempt.pk)
                 .values(
+                    *STOP_FIELDS,
                     "close_requested_at",
                     "close_with_check",
-                    "sandbox_deleted_at",
                     "expires_at",
                     "idle_timeout",
                     "last_used_at",
                 )
                 .first()
             )
-            if row is None:
-                raise AttemptGone(f"attempt {self.attempt.pk} was deleted")
+            director.stop_if_asked(row)
             now = timezone.now()
-            if row["sandbox_deleted_at"]:
-                raise SandboxGone("its sandbox was deleted")
             if row["close_requested_at"]:
-                self.attempt.close_with_check = row["close_with_check"]
+                director.attempt.close_with_check = row["close_with_check"]
                 return "closed by its client"
             if row["expires_at"] and now >= row["expires_at"]:
                 return "its time to live ran out"

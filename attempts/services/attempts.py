@@ -11,6 +11,7 @@ from django.db.models import F, Max
 from django.utils import timezone
 
 from attempts.core import agents
+from attempts.core.ended import announce
 from attempts.core.errors import TaskInvalid
 from attempts.core.storage import read_stored
 from attempts.core.timeline import Timeline
@@ -28,7 +29,6 @@ from attempts.models import (
     Status,
     Task,
 )
-from attempts.services.callbacks import attempt_ended
 from attempts.services.deletion import record_audit
 from attempts.taskio.from_image import require_check
 
@@ -156,7 +156,7 @@ def attempt_cancel(*, attempt: Attempt, by: str) -> bool:
             Timeline(attempt.pk).reviewer(
                 "cancel", by, f"cancelled by {by} before it started", status=Status.CANCELLED
             )
-            attempt_ended(attempt.pk, attempt.task_id)
+            announce(attempt.pk, attempt.task_id)
             return True
         updated = (
             Attempt.objects.filter(pk=attempt.pk, cancel_requested_at__isnull=True)

@@ -13,9 +13,11 @@ import hmac
 import json
 
 import httpx
+from django.db import transaction
 from django.urls import reverse
 
 from attempts.core.timeline import Timeline
+from attempts.dispatch import queue as queueing
 from attempts.models import Attempt, EventKind
 
 TRIES = 5
@@ -80,19 +82,8 @@ def deliver(attempt_id: int, try_number: int) -> bool:
     return ok or last
 
 
-def attempt_ended(attempt_id: int, task_id: int) -> None:
-    """What follows the end of any attempt: its task's validation mark, the report of the
-    predictions evaluation it belongs to (once its last attempt ended), and its callback."""
-    from django.db import transaction
-
-    from attempts.dispatch import queue as queueing
-    from attempts.models import Evaluation
-    from attempts.services.predictions import evaluation_refresh
-    from attempts.services.validation import refresh_validation
-
-    refresh_validation(task_id)
-    evaluation = Evaluation.objects.filter(attempts__pk=attempt_id).first()
-    if evaluation is not None:
-        evaluation_refresh(evaluation)
+def on_attempt_ended(sender, *, attempt_id: int, **kwargs) -> None:
+    """Subscribed to "an attempt ended" (core/ended.py): an attempt that asked for a callback
+    has its first delivery sent once the end is committed."""
     if Attempt.objects.filter(pk=attempt_id).exclude(callback_url="").exists():
         transaction.on_commit(lambda: queueing.enqueue_callback(attempt_id))

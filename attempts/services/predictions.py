@@ -377,6 +377,14 @@ def evaluation_refresh(evaluation: Evaluation) -> Evaluation:
     return evaluation
 
 
+def on_attempt_ended(sender, *, attempt_id: int, **kwargs) -> None:
+    """Subscribed to "an attempt ended" (core/ended.py): the report of the evaluation the
+    attempt belongs to, once its last attempt has ended."""
+    evaluation = Evaluation.objects.filter(attempts__pk=attempt_id).first()
+    if evaluation is not None:
+        evaluation_refresh(evaluation)
+
+
 def evaluation_facts(evaluation: Evaluation) -> dict:
     return {
         "id": evaluation.pk,

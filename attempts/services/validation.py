@@ -10,6 +10,7 @@ import re
 from django.db import transaction
 
 from attempts.models import DONE_STATUSES, Attempt, Outcome, Task, Validation
+from attempts.services.attempts import attempt_create
 
 # Lines that say what went wrong, best first: an exception with its message, then the
 # markers test runners and compilers print.
@@ -29,8 +30,6 @@ QUOTE_CHARS = 200
 def task_validate(*, task: Task, by: str) -> Task:
     """Start a reference and a noop attempt; the mark follows when both have finished.
     Running it again replaces the mark."""
-    from attempts.services.attempts import attempt_create
-
     if not task.has_reference:
         Task.objects.filter(pk=task.pk).update(
             validation=Validation.INVALID,
@@ -101,6 +100,11 @@ def first_error_line(output: str, limit: int = QUOTE_CHARS) -> str:
             break
     chosen = _PYTEST_MARK.sub("", chosen)  # pytest's "E   " is not part of the message
     return chosen if len(chosen) <= limit else chosen[: limit - 1].rstrip() + "…"
+
+
+def on_attempt_ended(sender, *, task_id: int, **kwargs) -> None:
+    """Subscribed to "an attempt ended" (core/ended.py)."""
+    refresh_validation(task_id)
 
 
 def refresh_validation(task_id: int) -> None:
