@@ -7,8 +7,10 @@ import base64
 
 import pytest
 
+from attempts.api.errors import status_of
+from attempts.dispatch.errors import InvalidRequest
 from attempts.run.users import UserRefused, resolve_user
-from attempts.services.sandboxes import ApiError, exec_stdin, exec_user
+from attempts.services.sandboxes import exec_stdin, exec_user
 
 PASSWD = b"""root:x:0:0:root:/root:/bin/bash
 daemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin
@@ -49,7 +51,7 @@ def test_the_web_refuses_root_and_malformed_users_before_any_worker_is_asked():
     assert exec_user("sandbox") == exec_user("1000") == "1000"  # that user, not the task's
     assert exec_user("nobody") == "nobody"
     for bad, code in (("root", "user_not_allowed"), ("0", "user_not_allowed"), ("a:b", "invalid")):
-        with pytest.raises(ApiError) as refused:
+        with pytest.raises(InvalidRequest) as refused:
             exec_user(bad)
         assert refused.value.code == code
 
@@ -60,6 +62,6 @@ def test_stdin_is_text_or_base64_bytes_never_both():
     assert exec_stdin(None, raw) == raw
     assert exec_stdin("", None) is None and exec_stdin(None, "") is None
     for text, encoded in (("a", raw), (None, "not base64!")):
-        with pytest.raises(ApiError) as refused:
+        with pytest.raises(InvalidRequest) as refused:
             exec_stdin(text, encoded)
-        assert refused.value.status == 400
+        assert status_of(refused.value) == 400

@@ -1,8 +1,28 @@
-"""The shape of every error the API answers, for the OpenAPI document."""
+"""How the API says what went wrong: every error is `{"detail", "code"}` JSON (its shape, for
+the OpenAPI document, is `Error`), and the refusals of the services and the worker
+(dispatch/errors.py) get their HTTP status here, and only here (`STATUSES`)."""
 
 from __future__ import annotations
 
-from ninja import Schema
+from django.http import Http404
+from ninja import NinjaAPI, Schema
+from ninja.errors import HttpError, ValidationError
+
+from attempts.core.errors import TaskInvalid
+from attempts.dispatch.errors import (
+    FileAccessDenied,
+    InfrastructureFault,
+    InternalError,
+    InvalidRequest,
+    NoCapacity,
+    NotFound,
+    Refusal,
+    SandboxDeleted,
+    TimedOut,
+    TooLarge,
+    WorkerUnreachable,
+    WrongState,
+)
 
 
 class Error(Schema):
@@ -11,3 +31,69 @@ class Error(Schema):
 
 
 ERRORS = {400: Error, 404: Error, 409: Error, 410: Error, 413: Error, 502: Error, 504: Error}
+
+# Each kind of refusal and its HTTP status; a kind's own kinds (FileNotFound is a NotFound,
+# SandboxNotLive a WrongState, ...) answer as it does.
+STATUSES: dict[type[Refusal], int] = {
+    InvalidRequest: 400,
+    FileAccessDenied: 403,
+    NotFound: 404,
+    WrongState: 409,
+    SandboxDeleted: 410,
+    TooLarge: 413,
+    NoCapacity: 429,
+    InternalError: 500,
+    InfrastructureFault: 502,
+    WorkerUnreachable: 503,
+    TimedOut: 504,
+}
+
+# Django Ninja's own refusals (a body it cannot parse, no token), in the same shape as ours.
+HTTP_CODES = {400: "invalid", 401: "unauthorized", 403: "forbidden", 404: "not_found"}
+NO_TOKEN = "no valid API token: send Authorization: Bearer <token> (manage.py create_token)"
+
+
+def status_of(refusal: Refusal) -> int:
+    """The HTTP status that says `refusal`: that of its nearest kind in STATUSES."""
+    for kind in type(refusal).__mro__:
+        if kind in STATUSES:
+            return STATUSES[kind]
+    return 500
+
+
+def install(api: NinjaAPI) -> None:
+    """Answer every error the handlers of `api` let through as the API does."""
+
+    def refused(request, exc: Refusal):
+        response = api.create_response(
+            request, {"detail": exc.detail, "code": exc.code}, status=status_of(exc)
+        )
+        if isinstance(exc, NoCapacity):
+            response["Retry-After"] = str(exc.retry_after)
+        return response
+
+    def task_invalid(request, exc: TaskInvalid):  # a task the caller gave that cannot run
+        return refused(request, InvalidRequest("", f"{exc.field}: {exc.message}"))
+
+    def invalid_input(request, exc: ValidationError):
+        where = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ())[1:]) or 'body'}: {e.get('msg', 'invalid')}"
+            for e in exc.errors[:10]
+        )
+        return api.create_response(request, {"detail": where, "code": "invalid"}, status=422)
+
+    def http_error(request, exc: HttpError):
+        code = HTTP_CODES.get(exc.status_code, "invalid")
+        detail = NO_TOKEN if exc.status_code == 401 else str(exc)
+        return api.create_response(
+            request, {"detail": detail, "code": code}, status=exc.status_code
+        )
+
+    def not_found(request, exc: Http404):
+        return refused(request, NotFound("not found"))
+
+    api.add_exception_handler(Refusal, refused)
+    api.add_exception_handler(TaskInvalid, task_invalid)
+    api.add_exception_handler(ValidationError, invalid_input)
+    api.add_exception_handler(HttpError, http_error)
+    api.add_exception_handler(Http404, not_found)

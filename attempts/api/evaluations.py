@@ -10,6 +10,7 @@ from ninja import Router, Schema
 from pydantic import Field
 
 from attempts.api.errors import ERRORS
+from attempts.dispatch.errors import NotFound
 from attempts.models import Evaluation
 from attempts.services.predictions import (
     current_report,
@@ -19,7 +20,6 @@ from attempts.services.predictions import (
     report_filename,
     with_base_url,
 )
-from attempts.services.sandboxes import ApiError
 
 router = Router(tags=["evaluations"])
 
@@ -104,5 +104,5 @@ def create_evaluation(request, body: EvaluationIn):
 def get_evaluation(request, evaluation_id: int):
     found = _visible(request.user).filter(pk=evaluation_id).first()
     if found is None:
-        raise ApiError(404, "not_found", f"no evaluation {evaluation_id}")
+        raise NotFound(f"no evaluation {evaluation_id}")
     return evaluation_out(request, evaluation_refresh(found))

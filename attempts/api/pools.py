@@ -1,5 +1,6 @@
-"""The API's RL pools (/api/pools): thin handlers over pools.py. docs/POOLS.md says how to use
-them; every environment's episode is an API sandbox with its own attempt page."""
+"""The API's RL pools (/api/pools): thin handlers over services/pools.py. docs/POOLS.md says how
+to use them; every environment's episode is an API sandbox with its own attempt page. Their
+defaults and limits come from dispatch/limits.py."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from ninja import Router, Schema
 from pydantic import ConfigDict
 
 from attempts.api.errors import ERRORS
+from attempts.api.fields import documented
+from attempts.dispatch import limits
 from attempts.models import Pool
 from attempts.services import pools
 
@@ -20,12 +23,23 @@ router = Router(tags=["pools"])
 class PoolIn(Schema):
     task: str | None = None
     tasks: list[str] | None = None
-    size: int | None = None
+    size: int | None = documented(
+        None,
+        "environments of `task` (with `tasks`: their number, if given)",
+        ge=1,
+        le=limits.MAX_POOL_SIZE,
+    )
     labels: dict[str, str] = {}
     agent: str = ""
     name: str = ""
-    max_steps: int | None = None
-    episode_seconds: float | None = None
+    max_steps: int | None = documented(
+        limits.MAX_STEPS, "steps an episode may take", ge=1, le=limits.MAX_STEPS_LIMIT
+    )
+    episode_seconds: float | None = documented(
+        limits.EPISODE_SECONDS,
+        "seconds an episode may last (at most BOLTZ_SANDBOX_MAX_TTL)",
+        ge=1,
+    )
 
 
 class EnvOut(Schema):
@@ -69,7 +83,11 @@ class PoolOut(Schema):
 
 class ResetIn(Schema):
     indices: list[int] | None = None
-    wait: float = 60.0
+    wait: float = documented(
+        limits.SANDBOX_WAIT,
+        f"seconds each environment waits for room (at most {limits.MAX_SANDBOX_WAIT:g})",
+        ge=0,
+    )
 
 
 class ResetOut(Schema):
@@ -85,18 +103,26 @@ class ActionIn(Schema):
     write: dict[str, str] | None = None
     patch: str | None = None
     run: str | list[str] | None = None
-    timeout: float | None = None
+    timeout: float | None = documented(
+        None,
+        f"seconds the run may take (none: {limits.EXEC_TIMEOUT:g}; at most a day)",
+        gt=0,
+        le=limits.MAX_COMMAND_SECONDS,
+    )
     submit: bool = False
+
+
+STEP_WAIT = "seconds to wait for the answer (none: what the action's parts may take)"
 
 
 class StepIn(Schema):
     actions: list[ActionIn | None]
-    timeout: float | None = None
+    timeout: float | None = documented(None, STEP_WAIT, gt=0)
 
 
 class EnvStepIn(Schema):
     action: ActionIn
-    timeout: float | None = None
+    timeout: float | None = documented(None, STEP_WAIT, gt=0)
 
 
 class StepOut(Schema):

@@ -1,31 +1,37 @@
-"""The HTTP API under /api/ (django-ninja): thin handlers over sandboxes.py and services.py.
-Described by /api/openapi.json; docs/API.md says what each call does."""
+"""The HTTP API under /api/ (django-ninja): thin handlers over services/sandboxes.py and
+services/attempts.py. Described by /api/openapi.json; docs/API.md says what each call does.
+Its defaults and limits come from dispatch/limits.py, its errors' statuses from errors.py."""
 
 from __future__ import annotations
 
-import base64
+import dataclasses
 import json
 import time
 from datetime import datetime
 
+from django.conf import settings
 from django.db import transaction
-from django.http import Http404, HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 from ninja import NinjaAPI, Query, Schema
-from ninja.errors import HttpError, ValidationError
 from ninja.security import HttpBearer
+from pydantic import Field
 
+from attempts.api import errors
 from attempts.api.errors import ERRORS, Error
+from attempts.api.fields import documented
 from attempts.api.pools import router as pools_router
 from attempts.api.tokens import callback_key, token_user
 from attempts.core.diffview import split_files
-from attempts.core.errors import TaskInvalid
+from attempts.dispatch import limits
+from attempts.dispatch.errors import InvalidRequest, NoCheck, NotFound, TimedOut, TooLarge
+from attempts.dispatch.protocol import ExecAnswer
 from attempts.exports.bundle import check_record
 from attempts.models import DONE_STATUSES, Attempt, CheckResult, Task
 from attempts.services import attempts as services
 from attempts.services import sandboxes
 from attempts.services.callbacks import attempt_payload
-from attempts.services.sandboxes import ApiError, sandbox_for
+from attempts.services.sandboxes import sandbox_for
 from attempts.taskio.from_image import has_check
 
 
@@ -47,50 +53,7 @@ api = NinjaAPI(
 )
 api.add_router("/pools", pools_router)
 api.add_router("/evaluations", "attempts.api.evaluations.router")
-
-
-@api.exception_handler(ApiError)
-def api_error(request, exc: ApiError):
-    response = api.create_response(
-        request, {"detail": exc.detail, "code": exc.code}, status=exc.status
-    )
-    if exc.retry_after is not None:
-        response["Retry-After"] = str(exc.retry_after)
-    return response
-
-
-@api.exception_handler(ValidationError)
-def invalid_input(request, exc: ValidationError):
-    where = "; ".join(
-        f"{'.'.join(str(p) for p in e.get('loc', ())[1:]) or 'body'}: {e.get('msg', 'invalid')}"
-        for e in exc.errors[:10]
-    )
-    return api.create_response(request, {"detail": where, "code": "invalid"}, status=422)
-
-
-HTTP_CODES = {400: "invalid", 401: "unauthorized", 403: "forbidden", 404: "not_found"}
-
-
-@api.exception_handler(HttpError)
-def http_error(request, exc: HttpError):
-    """Ninja's own answers (a body it cannot parse, no token) in the same shape as ours."""
-    code = HTTP_CODES.get(exc.status_code, "invalid")
-    detail = str(exc)
-    if exc.status_code == 401:
-        detail = "no valid API token: send Authorization: Bearer <token> (manage.py create_token)"
-    return api.create_response(request, {"detail": detail, "code": code}, status=exc.status_code)
-
-
-@api.exception_handler(Http404)
-def not_found(request, exc: Http404):
-    return api.create_response(request, {"detail": "not found", "code": "not_found"}, status=404)
-
-
-@api.exception_handler(TaskInvalid)
-def task_invalid(request, exc: TaskInvalid):
-    return api.create_response(
-        request, {"detail": f"{exc.field}: {exc.message}", "code": "invalid"}, status=400
-    )
+errors.install(api)
 
 
 # --- schemas ------------------------------------------------------------------------------------
@@ -109,7 +72,11 @@ class SandboxIn(Schema):
     agent: str = ""
     ttl: float | None = None
     idle_timeout: float | None = None
-    wait: float = 60.0
+    wait: float = Field(
+        limits.SANDBOX_WAIT,
+        description="seconds to wait for a host with room (at most "
+        f"{limits.MAX_SANDBOX_WAIT:g}); past that, 429 with Retry-After",
+    )
 
 
 class TestOut(Schema):
@@ -159,11 +126,21 @@ class ExecIn(Schema):
     command: str | list[str]
     cwd: str = "."
     env: dict[str, str] = {}
-    timeout: float | None = None
+    timeout: float | None = documented(
+        limits.EXEC_TIMEOUT,
+        f"seconds the command may run (0 or null: {limits.EXEC_TIMEOUT:g}; at most a day)",
+        ge=0,
+        le=limits.MAX_COMMAND_SECONDS,
+    )
     stdin: str | None = None
     stdin_base64: str | None = None
     user: str | None = None
-    max_output: int | None = None
+    max_output: int | None = documented(
+        None,
+        "streams up to this many bytes come back whole (else their head and tail)",
+        ge=0,
+        le=settings.BOLTZ_MAX_FILE_BYTES,
+    )
     stream: bool = False
 
 
@@ -223,7 +200,7 @@ class CloseIn(Schema):
 class AttemptsIn(Schema):
     agent: str
     command: str = ""
-    n: int = 1
+    n: int = documented(1, "attempts to start", ge=1, le=limits.MAX_ATTEMPTS_AT_ONCE)
     callback_url: str = ""
 
 
@@ -243,7 +220,12 @@ class AttemptOut(Schema):
 
 class WaitIn(Schema):
     ids: list[int]
-    timeout: float = 600.0
+    timeout: float = documented(
+        limits.ATTEMPTS_WAIT,
+        "seconds to wait for every attempt to end",
+        gt=0,
+        le=limits.MAX_ATTEMPTS_WAIT,
+    )
 
 
 # --- presenting ---------------------------------------------------------------------------------
@@ -300,12 +282,14 @@ def list_tasks(request):
 def start_attempts(request, slug: str, body: AttemptsIn):
     task = Task.objects.filter(slug=slug).first()
     if task is None:
-        raise ApiError(404, "not_found", f"no task {slug!r}")
-    if not 1 <= body.n <= 100:
-        raise ApiError(400, "invalid", "n: start between 1 and 100 attempts at once")
+        raise NotFound(f"no task {slug!r}")
+    if not 1 <= body.n <= limits.MAX_ATTEMPTS_AT_ONCE:
+        raise InvalidRequest(
+            "n", f"start between 1 and {limits.MAX_ATTEMPTS_AT_ONCE} attempts at once"
+        )
     url = body.callback_url.strip()
     if url and (not url.startswith(("http://", "https://")) or len(url) > 1000):
-        raise ApiError(400, "invalid", "callback_url: give an http:// or https:// URL")
+        raise InvalidRequest("callback_url", "give an http:// or https:// URL")
     with transaction.atomic():  # enqueued once owner and callback are in place
         made = services.attempts_create(
             task=task, agent=body.agent, command=body.command, count=body.n
@@ -320,17 +304,18 @@ def start_attempts(request, slug: str, body: AttemptsIn):
 
 @api.post("/attempts/wait", response={200: list[AttemptOut], **ERRORS}, tags=["attempts"])
 def wait_attempts(request, body: WaitIn):
-    if not 0 < body.timeout <= 3600:
-        raise ApiError(400, "invalid", "timeout: give seconds up to an hour")
-    if not body.ids or len(body.ids) > 1000 or not all(0 < i < 2**63 for i in body.ids):
-        raise ApiError(400, "invalid", "ids: give 1 to 1000 attempt ids")
+    if not 0 < body.timeout <= limits.MAX_ATTEMPTS_WAIT:
+        raise InvalidRequest("timeout", "give seconds up to an hour")
+    many = limits.MAX_WAIT_IDS
+    if not body.ids or len(body.ids) > many or not all(0 < i < 2**63 for i in body.ids):
+        raise InvalidRequest("ids", f"give 1 to {many} attempt ids")
     visible = sandboxes.visible_attempts(request.user).filter(pk__in=body.ids)
     if visible.count() != len(set(body.ids)):
-        raise ApiError(404, "not_found", "some of those attempts do not exist (or are not yours)")
+        raise NotFound("some of those attempts do not exist (or are not yours)")
     deadline = time.monotonic() + body.timeout
     while visible.exclude(status__in=DONE_STATUSES).exists():
         if time.monotonic() > deadline:
-            raise ApiError(504, "timeout", f"not every attempt ended within {body.timeout:g}s")
+            raise TimedOut(f"not every attempt ended within {body.timeout:g}s")
         time.sleep(0.2)
     return [attempt_out(request, a) for a in visible.order_by("pk")]
 
@@ -339,7 +324,7 @@ def wait_attempts(request, body: WaitIn):
 def get_attempt(request, attempt_id: int):
     found = sandboxes.visible_attempts(request.user).filter(pk=attempt_id).first()
     if found is None:
-        raise ApiError(404, "not_found", f"no attempt {attempt_id}")
+        raise NotFound(f"no attempt {attempt_id}")
     return attempt_out(request, found)
 
 
@@ -413,30 +398,26 @@ def exec_command(request, sandbox_id: int, body: ExecIn):
     return _exec_out(request, attempt, answer)
 
 
-def _exec_out(request, attempt: Attempt, answer: dict) -> dict:
-    raw = answer.pop("raw", {})
+def _exec_out(request, attempt: Attempt, answer: ExecAnswer) -> dict:
+    out = dataclasses.asdict(answer)
+    raw = out.pop("raw")
     for stream in ("stdout", "stderr"):
         name = raw.get(stream, "")
-        answer[f"{stream}_raw"] = (
+        out[f"{stream}_raw"] = (
             request.build_absolute_uri(
                 reverse("attempts:raw-output", args=[attempt.pk, name.rsplit("/", 1)[-1]])
             )
             if name
             else ""
         )
-    return answer
+    return out
 
 
 @api.get("/sandboxes/{sandbox_id}/files", response={200: None, **ERRORS}, tags=["files"])
 def read_file(request, sandbox_id: int, path: str, max_bytes: int | None = None):
     attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
-    args = {"path": sandboxes.workspace_path(path)}
-    if max_bytes is not None:
-        if max_bytes < 0:
-            raise ApiError(400, "invalid", "max_bytes: give a number of bytes (0 or more)")
-        args["max_bytes"] = max_bytes
-    answer = sandboxes.operate(attempt, "read", args, timeout=180)
-    return HttpResponse(base64.b64decode(answer["data"]), content_type="application/octet-stream")
+    data = sandboxes.sandbox_read(attempt, path=path, max_bytes=max_bytes)
+    return HttpResponse(data, content_type="application/octet-stream")
 
 
 @api.put("/sandboxes/{sandbox_id}/files", response={200: Written, **ERRORS}, tags=["files"])
@@ -445,16 +426,11 @@ def write_file(request, sandbox_id: int, path: str, mode: str = "644"):
     try:
         bits = int(mode, 8)
     except ValueError:
-        raise ApiError(400, "invalid", "mode: give octal permissions such as 644") from None
+        raise InvalidRequest("mode", "give octal permissions such as 644") from None
     if not 0 <= bits <= 0o777:
-        raise ApiError(400, "invalid", "mode: give octal permissions such as 644")
+        raise InvalidRequest("mode", "give octal permissions such as 644")
     data = _body(request)
-    args = {
-        "path": sandboxes.workspace_path(path),
-        "data": base64.b64encode(data).decode(),
-        "mode": bits,
-    }
-    return sandboxes.operate(attempt, "write", args, timeout=180)
+    return dataclasses.asdict(sandboxes.sandbox_write(attempt, path=path, data=data, mode=bits))
 
 
 @api.get(
@@ -462,59 +438,45 @@ def write_file(request, sandbox_id: int, path: str, mode: str = "644"):
 )
 def list_files(request, sandbox_id: int, path: str = "."):
     attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
-    args = {"path": sandboxes.workspace_path(path)}
-    return sandboxes.operate(attempt, "list", args, timeout=180)["entries"]
+    return [dataclasses.asdict(entry) for entry in sandboxes.sandbox_list(attempt, path=path)]
 
 
 @api.delete("/sandboxes/{sandbox_id}/files", response={204: None, **ERRORS}, tags=["files"])
 def delete_file(request, sandbox_id: int, path: str):
     attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
-    sandboxes.operate(attempt, "delete", {"path": sandboxes.workspace_path(path)}, timeout=180)
+    sandboxes.sandbox_remove(attempt, path=path)
     return 204, None
 
 
 @api.get("/sandboxes/{sandbox_id}/archive", response={200: None, **ERRORS}, tags=["files"])
 def download_archive(request, sandbox_id: int, path: str = "."):
     attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
-    args = {"path": sandboxes.workspace_path(path)}
-    answer = sandboxes.operate(attempt, "download", args, timeout=300)
-    return HttpResponse(base64.b64decode(answer["data"]), content_type="application/x-tar")
+    data = sandboxes.sandbox_download(attempt, path=path)
+    return HttpResponse(data, content_type="application/x-tar")
 
 
 @api.put("/sandboxes/{sandbox_id}/archive", response={200: Written, **ERRORS}, tags=["files"])
 def upload_archive(request, sandbox_id: int, path: str = "."):
     attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
-    args = {
-        "path": sandboxes.workspace_path(path),
-        "data": base64.b64encode(_body(request)).decode(),
-    }
-    return sandboxes.operate(attempt, "upload", args, timeout=300)
+    path = sandboxes.workspace_path(path)  # a bad path is refused before the body is read
+    return dataclasses.asdict(sandboxes.sandbox_upload(attempt, path=path, data=_body(request)))
 
 
 @api.post("/sandboxes/{sandbox_id}/check", response={200: CheckOut, **ERRORS}, tags=["sandboxes"])
 def check_sandbox(request, sandbox_id: int):
     attempt = sandbox_for(request.user, sandbox_id)
     if not has_check(attempt.task):
-        raise ApiError(
-            409,
-            "no_check",
-            f"sandbox {attempt.pk} was started from an image, without a task: it has no check",
+        raise NoCheck(
+            f"sandbox {attempt.pk} was started from an image, without a task: it has no check"
         )
-    answer = sandboxes.operate(attempt, "check", {}, timeout=attempt.task.check_budget)
-    return check_out(CheckResult.objects.get(pk=answer["check"]))
+    check = sandboxes.sandbox_check(attempt, timeout=attempt.task.check_budget)
+    return check_out(CheckResult.objects.get(pk=check))
 
 
 @api.get("/sandboxes/{sandbox_id}/diff", response={200: DiffOut, **ERRORS}, tags=["sandboxes"])
 def diff_sandbox(request, sandbox_id: int):
     attempt = sandbox_for(request.user, sandbox_id)
-    if sandboxes.sandbox_state(attempt) != "live":  # closed: the changes as recorded
-        answer = {
-            "patch": attempt.diff,
-            "truncated": attempt.diff_truncated,
-            "bytes": attempt.diff_bytes,
-        }
-    else:
-        answer = sandboxes.operate(attempt, "diff", {}, timeout=600)
+    answer = dataclasses.asdict(sandboxes.sandbox_diff(attempt))
     answer["files"] = [
         {
             "path": f.path,
@@ -559,13 +521,7 @@ def delete_sandbox(request, sandbox_id: int):
 
 
 def _body(request) -> bytes:
-    from django.conf import settings
-
     size = int(request.headers.get("Content-Length") or 0)
     if size > settings.BOLTZ_MAX_FILE_BYTES:
-        raise ApiError(
-            413,
-            "too_large",
-            f"larger than {settings.BOLTZ_MAX_FILE_BYTES} bytes (BOLTZ_MAX_FILE_BYTES)",
-        )
+        raise TooLarge(f"larger than {settings.BOLTZ_MAX_FILE_BYTES} bytes (BOLTZ_MAX_FILE_BYTES)")
     return request.body

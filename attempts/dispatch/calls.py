@@ -6,7 +6,9 @@ a deadline, so nothing needs to survive a restart, and Celery's publish, result 
 result subscription cost more than the operation they carry (about 4 ms of a 5 ms round trip).
 
 - The caller pushes {id, attempt, op, args, reply, deadline} onto the host's request list and
-  blocks on its own reply list, at most until the deadline.
+  blocks on its own reply list, at most until the deadline. `op` and `args` are a typed
+  request of protocol.py in its wire form; the answer is its typed answer, or a refusal
+  (errors.py), which `Call.get` raises.
 - The host's operations worker runs `BOLTZ_OPS_CONCURRENCY` server threads; each pops a
   request, skips it if its caller has already given up, does it and pushes the answer onto
   the reply list, which expires soon after: an answer nobody waits for does not stay.
@@ -29,6 +31,9 @@ from collections.abc import Callable, Iterable
 import redis
 from django.conf import settings
 from django.db import connections
+
+from attempts.dispatch.errors import InternalError, Refusal
+from attempts.dispatch.protocol import Answer, Request, answer_type, request_from_wire
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +74,13 @@ def requests_key(host: str) -> str:
 
 
 class Call:
-    """One operation sent to a host; `get` waits for its answer (a dict)."""
+    """One operation sent to a host; `get` waits for its answer."""
 
-    def __init__(self, reply: str, deadline: float):
+    def __init__(self, reply: str, deadline: float, answer: type[Answer]):
         self.reply = reply
         self.deadline = deadline  # time.time() past which the worker will not start it
-        self._answer: dict | None = None
+        self.answer_type = answer
+        self._answer: dict | None = None  # its wire form, once it came
         self.queued: float | None = None  # seconds it waited for a free server thread
 
     def done(self) -> bool:
@@ -92,34 +98,37 @@ class Call:
         envelope = json.loads(raw)
         self._answer, self.queued = envelope["answer"], envelope.get("queued")
 
-    def get(self, timeout: float) -> dict:
-        """The answer; CallTimeout if none comes within `timeout` seconds."""
+    def get(self, timeout: float) -> Answer:
+        """The answer; the Refusal the worker answered instead, or CallTimeout if none comes
+        within `timeout` seconds."""
         if self._answer is None:
             done = first_done([self], timeout)
             if done is None:
                 raise CallTimeout(f"no answer within {timeout:g}s")
-        return self._answer
+        if "error" in self._answer:
+            raise Refusal.from_wire(self._answer["error"])
+        return self.answer_type.from_wire(self._answer)
 
 
-def send(host: str, attempt_id: int, op: str, args: dict, *, timeout: float) -> Call:
+def send(host: str, attempt_id: int, request: Request, *, timeout: float) -> Call:
     """Send an operation to the worker of `host`; the worker starts it only within `timeout`
     seconds from now (after that its caller has given up)."""
-    return send_many([(host, attempt_id, op, args, timeout)])[0]
+    return send_many([(host, attempt_id, request, timeout)])[0]
 
 
-def send_many(requests: list[tuple[str, int, str, dict, float]]) -> list[Call]:
-    """Send several operations at once, each (host, attempt id, op, args, timeout), in one
+def send_many(requests: list[tuple[str, int, Request, float]]) -> list[Call]:
+    """Send several operations at once, each (host, attempt id, request, timeout), in one
     round trip to Redis; their Calls in the same order."""
     calls, pipe = [], _client().pipeline(transaction=False)
-    for host, attempt_id, op, args, timeout in requests:
+    for host, attempt_id, request, timeout in requests:
         call_id = uuid.uuid4().hex
         reply = f"{settings.BOLTZ_QUEUE}.opreply.{call_id}"
         deadline = time.time() + timeout
         message = {
             "id": call_id,
             "attempt": attempt_id,
-            "op": op,
-            "args": args,
+            "op": request.op,
+            "args": request.to_wire(),
             "reply": reply,
             "deadline": deadline,
             "sent": time.time(),
@@ -127,7 +136,7 @@ def send_many(requests: list[tuple[str, int, str, dict, float]]) -> list[Call]:
         key = requests_key(host)
         pipe.lpush(key, json.dumps(message))
         pipe.expire(key, REQUESTS_TTL_SECONDS)
-        calls.append(Call(reply, deadline))
+        calls.append(Call(reply, deadline, answer_type(request)))
     try:
         pipe.execute()
     except redis.RedisError as exc:
@@ -135,10 +144,10 @@ def send_many(requests: list[tuple[str, int, str, dict, float]]) -> list[Call]:
     return calls
 
 
-def call(host: str, attempt_id: int, op: str, args: dict, *, timeout: float) -> dict:
+def call(host: str, attempt_id: int, request: Request, *, timeout: float) -> Answer:
     """Run an operation on the worker of `host` and wait for its answer, at most `timeout`
-    seconds (CallTimeout past that)."""
-    return send(host, attempt_id, op, args, timeout=timeout).get(timeout)
+    seconds (CallTimeout past that); the Refusal it answered is raised."""
+    return send(host, attempt_id, request, timeout=timeout).get(timeout)
 
 
 def first_done(calls: Iterable[Call], timeout: float) -> Call | None:
@@ -167,11 +176,12 @@ def first_done(calls: Iterable[Call], timeout: float) -> Call | None:
 
 
 # --- the worker's side -------------------------------------------------------------------------
-Handler = Callable[[int, str, dict], dict]
+Handler = Callable[[int, Request], Answer]
 
 
 class Server:
-    """Threads that serve a host's operation calls with `handler(attempt_id, op, args)`."""
+    """Threads that serve a host's operation calls with `handler(attempt_id, request)`, which
+    answers or raises a Refusal."""
 
     def __init__(self, host: str, handler: Handler, threads: int):
         self.host, self.handler, self.count = host, handler, threads
@@ -205,34 +215,34 @@ class Server:
             if got is not None:
                 self.answer(json.loads(got[1]))
 
-    def answer(self, request: dict) -> None:
+    def answer(self, message: dict) -> None:
         started = time.time()
-        if started > request["deadline"]:
+        if started > message["deadline"]:
             log.warning(
-                "skipped %s on sandbox %s: its caller gave up", request["op"], request["attempt"]
+                "skipped %s on sandbox %s: its caller gave up", message["op"], message["attempt"]
             )
             return
         try:
-            answer = self.handler(request["attempt"], request["op"], request["args"])
+            request = request_from_wire(message["op"], message["args"])
+            answered = self.handler(message["attempt"], request)
+            if type(answered) is not answer_type(request):
+                raise TypeError(f"{request.op} answered with {type(answered).__name__}")
+            answer = answered.to_wire()
+        except Refusal as exc:
+            answer = {"error": exc.to_wire()}
         except Exception as exc:  # noqa: BLE001 - the caller gets an answer, whatever happens
-            log.exception("operation %s on sandbox %s crashed", request["op"], request["attempt"])
-            answer = {
-                "error": {
-                    "status": 500,
-                    "code": "internal",
-                    "detail": f"internal error in Boltz: {exc!r}",
-                }
-            }
+            log.exception("operation %s on sandbox %s crashed", message["op"], message["attempt"])
+            answer = {"error": InternalError(f"internal error in Boltz: {exc!r}").to_wire()}
         finally:
             _keep_or_drop_connections()
         try:
             pipe = _client().pipeline(transaction=False)
-            queued = round(max(0.0, started - request.get("sent", started)), 3)
-            pipe.rpush(request["reply"], json.dumps({"answer": answer, "queued": queued}))
-            pipe.expire(request["reply"], REPLY_TTL_SECONDS)
+            queued = round(max(0.0, started - message.get("sent", started)), 3)
+            pipe.rpush(message["reply"], json.dumps({"answer": answer, "queued": queued}))
+            pipe.expire(message["reply"], REPLY_TTL_SECONDS)
             pipe.execute()
         except redis.RedisError:
-            log.exception("answering %s on sandbox %s failed", request["op"], request["attempt"])
+            log.exception("answering %s on sandbox %s failed", message["op"], message["attempt"])
 
 
 def _keep_or_drop_connections() -> None:

@@ -1,6 +1,8 @@
 """API sandboxes on their worker: opening one, holding it while its client drives it, each
-operation a client asks for, and closing it. Worker-side: the web process sends these as Celery
-tasks to the host that owns the container (queueing.py) and waits for the answer.
+operation a client asks for, and closing it. Worker-side: the web process sends the holder as a
+Celery task to the host that owns the container (dispatch/queue.py), and each operation as an
+operation call (dispatch/calls.py): a typed request of dispatch/protocol.py, answered with its
+typed answer or a refusal of dispatch/errors.py.
 
 An API sandbox is an attempt (origin "api") whose work stage is its client: the holder task
 keeps one of the host's attempt slots for the sandbox's whole life, so the host never runs more
@@ -9,7 +11,7 @@ sandboxes than its capacity, and closes it when asked, idle, past its time to li
 
 from __future__ import annotations
 
-import base64
+import dataclasses
 import logging
 import posixpath
 import time
@@ -21,6 +23,21 @@ from django.utils import timezone
 from attempts.core import redaction
 from attempts.core.episodes import end_episode
 from attempts.core.errors import AttemptGone, InfrastructureError, SandboxGone, TaskInvalid
+from attempts.dispatch import protocol as p
+from attempts.dispatch.errors import (
+    ChangesUnreadable,
+    FileAccessDenied,
+    FileNotFound,
+    InfrastructureFault,
+    InvalidRequest,
+    NotFound,
+    Refusal,
+    SandboxDeleted,
+    SandboxNotLive,
+    TaskNotRunnable,
+    TooLarge,
+)
+from attempts.dispatch.limits import EXEC_TIMEOUT, PATCH_TIMEOUT
 from attempts.exports.bundle import check_record
 from attempts.exports.workspace import SANDBOX_UID
 from attempts.models import (
@@ -51,18 +68,6 @@ from attempts.taskio.from_image import has_check
 log = logging.getLogger(__name__)
 
 HOLD_POLL_SECONDS = 0.25
-DEFAULT_EXEC_TIMEOUT = 600.0
-
-
-class Refused(Exception):
-    """An operation that cannot be done, with the HTTP status and code the API answers."""
-
-    def __init__(self, status: int, code: str, detail: str):
-        super().__init__(detail)
-        self.status, self.code, self.detail = status, code, detail
-
-    def as_dict(self) -> dict:
-        return {"error": {"status": self.status, "code": self.code, "detail": self.detail}}
 
 
 # --- the holder ---------------------------------------------------------------------------------
@@ -129,35 +134,51 @@ class ClientHold(WorkStage):
 
 
 # --- operations ----------------------------------------------------------------------------------
-def run_operation(attempt_id: int, op: str, args: dict) -> dict:
-    """Do one operation on a live API sandbox and answer with JSON-able data, or
-    {"error": {status, code, detail}}."""
+def run_operation(attempt_id: int, request: p.Request) -> p.Answer:
+    """Do one operation on a live API sandbox: its answer, or a Refusal (errors.py) raised,
+    which the operation call carries back to its caller."""
     try:
-        if op == "step":  # the web has found it live and taken the step
-            return _step(attempt_id, **args)
+        if isinstance(request, p.StepRequest):  # the web has found it live and taken the step
+            return _step(attempt_id, request)
         attempt, session = _live_session(attempt_id)
-        handler = OPERATIONS.get(op)
-        if handler is None:
-            raise Refused(400, "invalid", f"no operation {op!r}")
-        for key in ("path", "cwd"):  # relative: in the task's working folder
-            if isinstance(args.get(key), str):
-                args[key] = posixpath.normpath(posixpath.join(session.workdir, args[key]))
-        return handler(attempt, session, **args)
-    except Refused as exc:
-        return exc.as_dict()
+        handler = OPERATIONS[type(request)]
+        return handler(attempt, session, _in_workdir(request, session.workdir))
     except FileOpError as exc:
-        status = {"file_not_found": 404, "permission_denied": 403, "too_large": 413}.get(
-            exc.code, 400
-        )
-        return Refused(status, exc.code, exc.message).as_dict()
+        raise _file_refusal(exc) from None
     except ChangesUnavailable as exc:
-        return Refused(409, "changes_unavailable", f"changes unavailable: {exc.reason}").as_dict()
+        raise ChangesUnreadable(f"changes unavailable: {exc.reason}") from None
     except TaskInvalid as exc:  # the task's user is not (any more) in the sandbox's image
-        return Refused(409, "task_invalid", f"{exc.field}: {exc.message}").as_dict()
+        raise TaskNotRunnable(f"{exc.field}: {exc.message}") from None
     except (SandboxGone, InfrastructureError) as exc:
-        return Refused(502, "infrastructure", f"infrastructure error: {exc.reason}").as_dict()
+        raise InfrastructureFault(f"infrastructure error: {exc.reason}") from None
     except AttemptGone:
-        return Refused(410, "gone", "the sandbox was deleted").as_dict()
+        raise SandboxDeleted("the sandbox was deleted") from None
+
+
+def _in_workdir(request: p.Request, workdir: str) -> p.Request:
+    """The request with its relative `path` or `cwd` in the task's working folder."""
+    moved = {
+        name: posixpath.normpath(posixpath.join(workdir, getattr(request, name)))
+        for name in ("path", "cwd")
+        if isinstance(getattr(request, name, None), str)
+    }
+    return dataclasses.replace(request, **moved) if moved else request
+
+
+FILE_REFUSALS = {
+    "file_not_found": FileNotFound,
+    "permission_denied": FileAccessDenied,
+    "too_large": TooLarge,
+}
+
+
+def _file_refusal(exc: FileOpError) -> Refusal:
+    """What a file operation the sandbox refused means to its caller (the rest, such as a
+    folder read as a file, are the request's own fault)."""
+    refusal = FILE_REFUSALS.get(exc.code)
+    if refusal is None:
+        return InvalidRequest("", exc.message, code=exc.code)
+    return refusal(exc.message)
 
 
 # What an exec or a file operation reads of its sandbox; diff and check load the rest.
@@ -185,13 +206,13 @@ def _live_session(attempt_id: int) -> tuple[Attempt, SandboxSession]:
         .first()
     )
     if attempt is None:
-        raise Refused(404, "not_found", f"no sandbox {attempt_id}")
+        raise NotFound(f"no sandbox {attempt_id}")
     if attempt.sandbox_deleted_at or attempt.sandbox_state == SandboxState.DELETED:
-        raise Refused(410, "gone", f"sandbox {attempt_id} was deleted")
+        raise SandboxDeleted(f"sandbox {attempt_id} was deleted")
     if attempt.status != Status.RUNNING or attempt.close_requested_at:
-        raise Refused(409, "closed", f"sandbox {attempt_id} is {attempt.status}, not live")
+        raise SandboxNotLive(f"sandbox {attempt_id} is {attempt.status}, not live")
     if attempt.host != settings.BOLTZ_HOST:
-        raise Refused(502, "infrastructure", f"sandbox {attempt_id} lives on {attempt.host}")
+        raise InfrastructureFault(f"sandbox {attempt_id} lives on {attempt.host}")
     now = timezone.now()
     if attempt.last_used_at is None or now - attempt.last_used_at >= LAST_USED_PRECISION:
         Attempt.objects.filter(pk=attempt.pk).update(last_used_at=now)
@@ -206,44 +227,31 @@ def _whole(attempt: Attempt) -> Attempt:
     return Attempt.objects.select_related("task").get(pk=attempt.pk)
 
 
-def exec_result(run) -> dict:
-    return {
-        "exit_code": run.result.exit_code,
-        "stdout": run.stdout.text(),
-        "stderr": run.stderr.text(),
-        "stdout_bytes": run.stdout.total_bytes,
-        "stderr_bytes": run.stderr.total_bytes,
-        "stdout_utf8": run.stdout.valid_utf8,
-        "stderr_utf8": run.stderr.valid_utf8,
-        "truncated": run.truncated,
-        "timed_out": run.result.timed_out,
-        "duration": round(run.result.duration, 3),
-        "raw": run.raw,
-    }
+def exec_result(run) -> p.ExecAnswer:
+    return p.ExecAnswer(
+        exit_code=run.result.exit_code,
+        stdout=run.stdout.text(),
+        stderr=run.stderr.text(),
+        stdout_bytes=run.stdout.total_bytes,
+        stderr_bytes=run.stderr.total_bytes,
+        stdout_utf8=run.stdout.valid_utf8,
+        stderr_utf8=run.stderr.valid_utf8,
+        truncated=run.truncated,
+        timed_out=run.result.timed_out,
+        duration=round(run.result.duration, 3),
+        raw=run.raw,
+    )
 
 
-def _exec(
-    attempt: Attempt,
-    session: SandboxSession,
-    *,
-    command,
-    cwd: str = "",
-    env: dict | None = None,
-    timeout: float | None = None,
-    stdin: str | None = None,
-    user: str = "",
-    request: str = "",
-    number: int | None = None,
-    stream: bool = False,
-) -> dict:
-    display = None
-    run_as = _run_as(session, user) if user else session.agent_user
-    if stdin:
+def _exec(attempt: Attempt, session: SandboxSession, request: p.ExecRequest) -> p.ExecAnswer:
+    command, display = request.command, None
+    run_as = _run_as(session, request.user) if request.user else session.agent_user
+    if request.stdin:
         staged = f"/tmp/.boltz-stdin-{time.monotonic_ns()}"
         session.sandbox.put_archive(
             "/",
             files.files_tar(
-                {staged.lstrip("/"): base64.b64decode(stdin)},
+                {staged.lstrip("/"): request.stdin},
                 mode=0o600,
                 owner=tuple(int(n) for n in run_as.split(":")) if run_as else None,
             ),
@@ -257,15 +265,15 @@ def _exec(
     run = session.exec(
         "exec",
         command,
-        timeout=timeout or DEFAULT_EXEC_TIMEOUT,
+        timeout=request.timeout or EXEC_TIMEOUT,
         actor=Actor.AGENT,
-        environment=env or {},
-        workdir=cwd or None,
-        request=request,
+        environment=request.env,
+        workdir=request.cwd or None,
+        request=request.request_id,
         display=display,
-        number=number,
+        number=request.number,
         user=run_as,
-        stream_output=stream,
+        stream_output=request.stream,
     )
     return exec_result(run)
 
@@ -278,37 +286,40 @@ def _run_as(session: SandboxSession, user: str) -> str:
     try:
         return session.lookup_user(user)
     except UserRefused as exc:
-        raise Refused(400, exc.code, f"user: {exc.message}") from None
+        raise InvalidRequest("user", exc.message, code=exc.code) from None
 
 
-def _read(attempt, session, *, path: str, max_bytes: int | None = None) -> dict:
-    limit = settings.BOLTZ_MAX_FILE_BYTES if max_bytes is None else max_bytes
-    data = files.read_file(session, path, max_bytes=min(limit, settings.BOLTZ_MAX_FILE_BYTES))
-    return {"data": base64.b64encode(data).decode()}
+def _read(attempt, session, request: p.ReadRequest) -> p.ReadAnswer:
+    limit = settings.BOLTZ_MAX_FILE_BYTES if request.max_bytes is None else request.max_bytes
+    data = files.read_file(
+        session, request.path, max_bytes=min(limit, settings.BOLTZ_MAX_FILE_BYTES)
+    )
+    return p.ReadAnswer(data=data)
 
 
-def _write(attempt, session, *, path: str, data: str, mode: int = 0o644) -> dict:
-    raw = base64.b64decode(data)
-    files.write_file(session, path, raw, mode=mode)
-    return {"path": path, "bytes": len(raw)}
+def _write(attempt, session, request: p.WriteRequest) -> p.WriteAnswer:
+    files.write_file(session, request.path, request.data, mode=request.mode)
+    return p.WriteAnswer(path=request.path, bytes=len(request.data))
 
 
-def _list(attempt, session, *, path: str) -> dict:
-    return {"entries": files.list_folder(session, path)}
+def _list(attempt, session, request: p.ListRequest) -> p.ListAnswer:
+    entries = files.list_folder(session, request.path)
+    return p.ListAnswer(entries=[p.FileEntry(**entry) for entry in entries])
 
 
-def _delete(attempt, session, *, path: str) -> dict:
-    files.delete_path(session, path)
-    return {}
+def _delete(attempt, session, request: p.DeleteRequest) -> p.DeleteAnswer:
+    files.delete_path(session, request.path)
+    return p.DeleteAnswer()
 
 
-def _download(attempt, session, *, path: str) -> dict:
-    data = files.download_archive(session, path, max_bytes=settings.BOLTZ_MAX_FILE_BYTES)
-    return {"data": base64.b64encode(data).decode()}
+def _download(attempt, session, request: p.DownloadRequest) -> p.DownloadAnswer:
+    data = files.download_archive(session, request.path, max_bytes=settings.BOLTZ_MAX_FILE_BYTES)
+    return p.DownloadAnswer(data=data)
 
 
-def _upload(attempt, session, *, path: str, data: str) -> dict:
-    return {"path": path, "files": files.upload_archive(session, path, base64.b64decode(data))}
+def _upload(attempt, session, request: p.UploadRequest) -> p.UploadAnswer:
+    count = files.upload_archive(session, request.path, request.data)
+    return p.UploadAnswer(path=request.path, files=count)
 
 
 def _record(attempt: Attempt, session: SandboxSession, trees: AttemptTrees) -> None:
@@ -316,16 +327,18 @@ def _record(attempt: Attempt, session: SandboxSession, trees: AttemptTrees) -> N
     trees.record(session)
 
 
-def _diff(attempt, session) -> dict:
+def _diff(attempt, session, request: p.DiffRequest) -> p.DiffAnswer:
     attempt = _whole(attempt)
     with scratch_folder(attempt) as scratch:
         _record(attempt, session, AttemptTrees(attempt, scratch))
     attempt.refresh_from_db(fields=["diff", "diff_truncated", "diff_bytes"])
-    return {"patch": attempt.diff, "truncated": attempt.diff_truncated, "bytes": attempt.diff_bytes}
+    return p.DiffAnswer(
+        patch=attempt.diff, truncated=attempt.diff_truncated, bytes=attempt.diff_bytes
+    )
 
 
-def _check(attempt, session) -> dict:
-    return {"check": _checked(attempt, session).pk}
+def _check(attempt, session, request: p.CheckRequest) -> p.CheckAnswer:
+    return p.CheckAnswer(check=_checked(attempt, session).pk)
 
 
 def _checked(attempt, session) -> CheckResult:
@@ -341,21 +354,7 @@ def _checked(attempt, session) -> CheckResult:
 
 
 # --- a pool environment's step -------------------------------------------------------------------
-PATCH_TIMEOUT = 60.0
-
-
-def _step(
-    attempt_id: int,
-    *,
-    action: dict,
-    max_steps: int,
-    episode_deadline: float,
-    container: str,
-    step_number: int,
-    exec_number: int,
-    seq: int,
-    task: dict | None = None,
-) -> dict:
+def _step(attempt_id: int, request: p.StepRequest) -> p.StepAnswer:
     """One action of a pool's environment, its parts in order: write files, apply a patch,
     run a command, submit (the check: its score is the reward and the episode terminates).
     A part that fails as the agent's own doing (a write refused, a patch that does not apply)
@@ -365,28 +364,32 @@ def _step(
     marked it on the timeline (`seq`: the next free place there) for every environment of the
     pool in one write; here only the action is done."""
     began = time.monotonic()
-    attempt = Attempt(pk=attempt_id, container_id=container)  # what the session reads
-    if task:  # a task with a working folder or user of its own (a Harbor task's)
-        attempt.task = Task(**task)
-    session = SandboxSession(attempt, Sandbox(container), secrets=redaction.secrets_of(attempt))
-    session.timeline.expect(seq)
+    action = request.action
+    attempt = Attempt(pk=attempt_id, container_id=request.container)  # what the session reads
+    if request.task:  # a task with a working folder or user of its own (a Harbor task's)
+        attempt.task = Task(**request.task)
+    session = SandboxSession(
+        attempt, Sandbox(request.container), secrets=redaction.secrets_of(attempt)
+    )
+    session.timeline.expect(request.seq)
     observation: dict = {}
     reward, terminated, truncated = 0.0, False, False
     masked: dict = {"masked": False}
-    left = episode_deadline - time.time()
+    left = request.episode_deadline - time.time()
     if left <= 0:
         observation["error"] = "the episode's time ran out before this step"
         truncated = True
     else:
         stopped = _write_and_patch(session, action, observation)
-        if not stopped and "run" in action:
-            run_timeout = min(action.get("timeout", DEFAULT_EXEC_TIMEOUT), max(left, 1.0))
-            ran = _exec(
-                attempt, session, command=action["run"], timeout=run_timeout, number=exec_number
+        if not stopped and action.run is not None:
+            asked = EXEC_TIMEOUT if action.timeout is None else action.timeout
+            run = p.ExecRequest(
+                command=action.run, timeout=min(asked, max(left, 1.0)), number=request.exec_number
             )
+            ran = _exec(attempt, session, run).to_wire()
             ran.pop("raw")  # the full output is on the attempt's page
             observation.update(ran)
-        if not stopped and action.get("submit"):
+        if not stopped and action.submit:
             try:
                 result = _checked(attempt, session)
             except ChangesUnavailable as exc:  # as in the pipeline: the agent's, scored 0
@@ -398,29 +401,31 @@ def _step(
                 if reward is None:  # the task's verifier broke: no reward, never 0
                     masked = {"masked": True, "failure_kind": "verifier_error"}
                     masked["error"] = result.summary
-    if not terminated and (step_number >= max_steps or time.time() >= episode_deadline):
+    if not terminated and (
+        request.step_number >= request.max_steps or time.time() >= request.episode_deadline
+    ):
         truncated = True
     if terminated or truncated:
         end_episode(attempt.pk, "terminated" if terminated else "truncated")
-    return {
-        "step": step_number,
-        "observation": observation,
-        "reward": reward,
-        "terminated": terminated,
-        "truncated": truncated,
-        "info": {
+    return p.StepAnswer(
+        step=request.step_number,
+        observation=observation,
+        reward=reward,
+        terminated=terminated,
+        truncated=truncated,
+        info={
             "episode": attempt.pk,
             **masked,
             "duration": round(time.monotonic() - began, 3),
         },
-    }
+    )
 
 
-def _write_and_patch(session, action: dict, observation: dict) -> bool:
+def _write_and_patch(session, action: p.StepAction, observation: dict) -> bool:
     """The action's writes and patch; True when one failed (the rest of the action is not
     done), with why in the observation."""
     written = []
-    for path, text in action.get("write", {}).items():
+    for path, text in (action.write or {}).items():
         path = posixpath.normpath(posixpath.join(session.workdir, path))
         try:
             files.write_file(session, path, text.encode("utf-8", errors="surrogateescape"))
@@ -430,10 +435,10 @@ def _write_and_patch(session, action: dict, observation: dict) -> bool:
         written.append(path)
     if written:
         observation["written"] = written
-    if "patch" in action:
+    if action.patch is not None:
         staged = f"/tmp/.boltz-patch-{time.monotonic_ns()}"
         session.sandbox.put_archive(
-            "/", files.files_tar({staged.lstrip("/"): action["patch"].encode()}, mode=0o600)
+            "/", files.files_tar({staged.lstrip("/"): action.patch.encode()}, mode=0o600)
         )
         run = session.exec(
             "apply",
@@ -455,13 +460,13 @@ def _write_and_patch(session, action: dict, observation: dict) -> bool:
 
 
 OPERATIONS = {
-    "exec": _exec,
-    "read": _read,
-    "write": _write,
-    "list": _list,
-    "delete": _delete,
-    "download": _download,
-    "upload": _upload,
-    "diff": _diff,
-    "check": _check,
+    p.ExecRequest: _exec,
+    p.ReadRequest: _read,
+    p.WriteRequest: _write,
+    p.ListRequest: _list,
+    p.DeleteRequest: _delete,
+    p.DownloadRequest: _download,
+    p.UploadRequest: _upload,
+    p.DiffRequest: _diff,
+    p.CheckRequest: _check,
 }

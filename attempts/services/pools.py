@@ -13,10 +13,14 @@ Results never lie about what happened:
   episode ends (`episode_end = "failed"`) and its sandbox is closed for review;
 - a step on an environment whose episode ended (or never began) is refused for that
   environment only.
+
+A request that cannot be done at all (a bad action, a closed pool) raises a refusal of
+dispatch/errors.py; the API says it as its HTTP status.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import time
@@ -33,7 +37,30 @@ from unidiff.errors import UnidiffParseError
 from attempts.core.episodes import end_episode
 from attempts.dispatch import calls as opcalls
 from attempts.dispatch import queue as queueing
+from attempts.dispatch.errors import (
+    InfrastructureFault,
+    InvalidRequest,
+    NoCapacity,
+    NotFound,
+    PoolClosed,
+    Refusal,
+    SandboxDeleted,
+    TooLarge,
+    WorkerUnreachable,
+    WrongState,
+)
 from attempts.dispatch.hosts import host_alive
+from attempts.dispatch.limits import (
+    EPISODE_SANDBOX_MARGIN,
+    EPISODE_SECONDS,
+    EXEC_TIMEOUT,
+    MAX_COMMAND_SECONDS,
+    MAX_POOL_SIZE,
+    MAX_STEPS,
+    MAX_STEPS_LIMIT,
+    OPERATION_MARGIN,
+)
+from attempts.dispatch.protocol import StepAction, StepRequest
 from attempts.models import (
     CHECK_BUDGET_FIELDS,
     SESSION_TASK_FIELDS,
@@ -48,19 +75,16 @@ from attempts.models import (
     Task,
 )
 from attempts.services.sandboxes import (
-    ApiError,
     sandbox_attempt,
     wait_live_all,
     workspace_path,
 )
 
 ACTION_FIELDS = ("write", "patch", "run", "timeout", "submit")
-DEFAULT_MAX_STEPS = 100
-DEFAULT_EPISODE_SECONDS = 3600.0
-DEFAULT_RUN_TIMEOUT = 600.0
-MAX_POOL_SIZE = 256
-# Room past an operation's own time before the web stops waiting for its worker.
-ANSWER_MARGIN = 30.0
+# What a worker refuses of a step: the action's own doing (the environment is refused, no
+# sample), or an infrastructure failure (masked); anything else is a bug of Boltz's (masked).
+ACTION_REFUSALS = (InvalidRequest, NotFound, WrongState, TooLarge)
+INFRASTRUCTURE_REFUSALS = (InfrastructureFault, WorkerUnreachable, SandboxDeleted)
 # What a pool episode reads of its attempt to route a step.
 EPISODE_FIELDS = (
     "id",
@@ -97,44 +121,34 @@ def pool_create(
     """A pool of `size` environments of one task (a group: N independent episodes of the same
     task), or one environment per task in `tasks`. No sandbox starts until `reset`."""
     if (task is None) == (tasks is None):
-        raise ApiError(
-            400, "invalid", "task or tasks: give one task and a size, or a list of tasks"
-        )
+        raise InvalidRequest("task or tasks", "give one task and a size, or a list of tasks")
     if task is not None:
         if size is None or not isinstance(size, int) or not 1 <= size <= MAX_POOL_SIZE:
-            raise ApiError(
-                400, "invalid", f"size: give a number of environments, 1 to {MAX_POOL_SIZE}"
-            )
+            raise InvalidRequest("size", f"give a number of environments, 1 to {MAX_POOL_SIZE}")
         slugs = [task] * size
     else:
         if not tasks or len(tasks) > MAX_POOL_SIZE:
-            raise ApiError(400, "invalid", f"tasks: give 1 to {MAX_POOL_SIZE} task names")
+            raise InvalidRequest("tasks", f"give 1 to {MAX_POOL_SIZE} task names")
         if size is not None and size != len(tasks):
-            raise ApiError(
-                400, "invalid", f"size: {size} is not the number of tasks ({len(tasks)})"
-            )
+            raise InvalidRequest("size", f"{size} is not the number of tasks ({len(tasks)})")
         slugs = list(tasks)
     known = dict(Task.objects.filter(slug__in=set(slugs)).values_list("slug", "check_command"))
     for i, slug in enumerate(slugs):
         field = "task" if task is not None else f"tasks[{i}]"
         if slug not in known:
-            raise ApiError(
-                404, "not_found", f"{field}: no task {slug!r}: GET /api/tasks lists them"
-            )
+            raise NotFound(f"{field}: no task {slug!r}: GET /api/tasks lists them")
         if not known[slug].strip():
-            raise ApiError(
-                400, "invalid", f"{field}: {slug} has no check (it holds image sandboxes)"
-            )
-    max_steps = DEFAULT_MAX_STEPS if max_steps is None else max_steps
-    if not isinstance(max_steps, int) or not 1 <= max_steps <= 100_000:
-        raise ApiError(400, "invalid", "max_steps: give the steps an episode may take, 1 to 100000")
-    seconds = DEFAULT_EPISODE_SECONDS if episode_seconds is None else float(episode_seconds)
+            raise InvalidRequest(field, f"{slug} has no check (it holds image sandboxes)")
+    max_steps = MAX_STEPS if max_steps is None else max_steps
+    if not isinstance(max_steps, int) or not 1 <= max_steps <= MAX_STEPS_LIMIT:
+        raise InvalidRequest(
+            "max_steps", f"give the steps an episode may take, 1 to {MAX_STEPS_LIMIT}"
+        )
+    seconds = EPISODE_SECONDS if episode_seconds is None else float(episode_seconds)
     if not math.isfinite(seconds) or not 1 <= seconds <= settings.BOLTZ_SANDBOX_MAX_TTL:
-        raise ApiError(
-            400,
-            "invalid",
-            f"episode_seconds: give seconds, 1 to {settings.BOLTZ_SANDBOX_MAX_TTL:g} "
-            "(BOLTZ_SANDBOX_MAX_TTL)",
+        raise InvalidRequest(
+            "episode_seconds",
+            f"give seconds, 1 to {settings.BOLTZ_SANDBOX_MAX_TTL:g} (BOLTZ_SANDBOX_MAX_TTL)",
         )
     return Pool.objects.create(
         owner=user,
@@ -155,13 +169,13 @@ def visible_pools(user):
 def pool_for(user, pool_id: int) -> Pool:
     found = visible_pools(user).filter(pk=pool_id).first()
     if found is None:
-        raise ApiError(404, "not_found", f"no pool {pool_id}")
+        raise NotFound(f"no pool {pool_id}")
     return found
 
 
 def _open(pool: Pool) -> None:
     if pool.closed_at:
-        raise ApiError(409, "closed", f"pool {pool.pk} is closed")
+        raise PoolClosed(f"pool {pool.pk} is closed")
 
 
 def current_episodes(pool: Pool, indices: Iterable[int] | None = None) -> dict[int, Attempt]:
@@ -189,12 +203,12 @@ def pool_reset(pool: Pool, indices: list[int] | None, *, wait: float) -> list[di
     _open(pool)
     indices = _indices(pool, indices)
     if not math.isfinite(wait) or wait < 0:
-        raise ApiError(400, "invalid", "wait: give seconds to wait for room (0 or more)")
+        raise InvalidRequest("wait", "give seconds to wait for room (0 or more)")
     ended = current_episodes(pool, indices)
     for episode in ended.values():
         end_episode(episode.pk, "reset")
     tasks = {t.slug: t for t in Task.objects.filter(slug__in={pool.tasks[i] for i in indices})}
-    ttl = min(pool.episode_seconds + 600.0, settings.BOLTZ_SANDBOX_MAX_TTL)
+    ttl = min(pool.episode_seconds + EPISODE_SANDBOX_MARGIN, settings.BOLTZ_SANDBOX_MAX_TTL)
     fresh: dict[int, Attempt] = {}
     for i in indices:
         attempt = sandbox_attempt(
@@ -215,8 +229,8 @@ def pool_reset(pool: Pool, indices: list[int] | None, *, wait: float) -> list[di
         got = live[fresh[i].pk]
         task = tasks[pool.tasks[i]]
         info: dict[str, Any] = {"index": i, "episode": fresh[i].pk, "masked": False}
-        if isinstance(got, ApiError):
-            kind = "capacity" if got.code == "capacity" else "infrastructure"
+        if isinstance(got, Refusal):
+            kind = "capacity" if isinstance(got, NoCapacity) else "infrastructure"
             info.update(masked=True, failure_kind=kind, error=got.detail)
             end_episode(fresh[i].pk, "failed")
             observation = {}
@@ -237,32 +251,31 @@ def _indices(pool: Pool, indices: list[int] | None) -> list[int]:
     seen = set()
     for n, i in enumerate(indices):
         if not isinstance(i, int) or not 0 <= i < pool.size:
-            raise ApiError(
-                400, "invalid", f"indices[{n}]: {i!r} is not an environment (0 to {pool.size - 1})"
+            raise InvalidRequest(
+                f"indices[{n}]", f"{i!r} is not an environment (0 to {pool.size - 1})"
             )
         if i in seen:
-            raise ApiError(400, "invalid", f"indices[{n}]: environment {i} is given twice")
+            raise InvalidRequest(f"indices[{n}]", f"environment {i} is given twice")
         seen.add(i)
     return list(indices)
 
 
 # --- actions -------------------------------------------------------------------------------------
-def parse_actions(pool: Pool, actions: Any) -> list[dict | None]:
-    """Every action checked before any environment is touched: ApiError 400 naming the
+def parse_actions(pool: Pool, actions: Any) -> list[StepAction | None]:
+    """Every action checked before any environment is touched: InvalidRequest naming the
     environment's index and the field."""
     if not isinstance(actions, list):
-        raise ApiError(400, "invalid", "actions: give a list with one action per environment")
+        raise InvalidRequest("actions", "give a list with one action per environment")
     if len(actions) != pool.size:
-        raise ApiError(
-            400,
-            "invalid",
-            f"actions: give exactly {pool.size} actions, one per environment (None skips one); "
+        raise InvalidRequest(
+            "actions",
+            f"give exactly {pool.size} actions, one per environment (None skips one); "
             f"got {len(actions)}",
         )
     return [parse_action(action, where=f"actions[{i}]") for i, action in enumerate(actions)]
 
 
-def parse_action(action: Any, *, where: str) -> dict | None:
+def parse_action(action: Any, *, where: str) -> StepAction | None:
     """One action as the worker takes it: {write: {path: text}, patch, run, timeout, submit}
     (parts run in that order), or None (the environment sits this step out)."""
     if action is None:
@@ -270,13 +283,11 @@ def parse_action(action: Any, *, where: str) -> dict | None:
     if isinstance(action, str):
         action = {"run": action}
     if not isinstance(action, dict):
-        raise ApiError(400, "invalid", f"{where}: give an object with {', '.join(ACTION_FIELDS)}")
+        raise InvalidRequest(where, f"give an object with {', '.join(ACTION_FIELDS)}")
     unknown = sorted(set(action) - set(ACTION_FIELDS))
     if unknown:
-        raise ApiError(
-            400,
-            "invalid",
-            f"{where}.{unknown[0]}: not an action field (known: {', '.join(ACTION_FIELDS)})",
+        raise InvalidRequest(
+            f"{where}.{unknown[0]}", f"not an action field (known: {', '.join(ACTION_FIELDS)})"
         )
     parsed: dict[str, Any] = {}
     write = action.get("write")
@@ -284,36 +295,34 @@ def parse_action(action: Any, *, where: str) -> dict | None:
         if not isinstance(write, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in write.items()
         ):
-            raise ApiError(400, "invalid", f"{where}.write: give an object of path: text")
+            raise InvalidRequest(f"{where}.write", "give an object of path: text")
         parsed["write"] = {}
         for path, text in write.items():
             try:
                 target = workspace_path(path)
-            except ApiError as exc:
-                raise ApiError(400, "invalid", f"{where}.write: {exc.detail}") from None
+            except InvalidRequest as exc:
+                raise InvalidRequest(f"{where}.write", exc.detail) from None
             if len(text.encode("utf-8", errors="surrogatepass")) > settings.BOLTZ_MAX_FILE_BYTES:
-                raise ApiError(
-                    413, "too_large", f"{where}.write: {path} is larger than BOLTZ_MAX_FILE_BYTES"
-                )
+                raise TooLarge(f"{where}.write: {path} is larger than BOLTZ_MAX_FILE_BYTES")
             parsed["write"][target] = text
     patch = action.get("patch")
     if patch is not None:
         if not isinstance(patch, str) or not patch.strip():
-            raise ApiError(400, "invalid", f"{where}.patch: give a unified diff as text")
+            raise InvalidRequest(f"{where}.patch", "give a unified diff as text")
         try:
             files = PatchSet(patch)
         except (UnidiffParseError, ValueError) as exc:
-            raise ApiError(400, "invalid", f"{where}.patch: not a unified diff: {exc}") from None
+            raise InvalidRequest(f"{where}.patch", f"not a unified diff: {exc}") from None
         if not len(files):
-            raise ApiError(400, "invalid", f"{where}.patch: not a unified diff (no file in it)")
+            raise InvalidRequest(f"{where}.patch", "not a unified diff (no file in it)")
         parsed["patch"] = patch
     run = action.get("run")
     if run is not None:
         if isinstance(run, list):
             if not run or not all(isinstance(a, str) for a in run):
-                raise ApiError(400, "invalid", f"{where}.run: give a shell command or an argv list")
+                raise InvalidRequest(f"{where}.run", "give a shell command or an argv list")
         elif not isinstance(run, str) or not run.strip():
-            raise ApiError(400, "invalid", f"{where}.run: give a shell command or an argv list")
+            raise InvalidRequest(f"{where}.run", "give a shell command or an argv list")
         parsed["run"] = run
     timeout = action.get("timeout")
     if timeout is not None:
@@ -321,20 +330,20 @@ def parse_action(action: Any, *, where: str) -> dict | None:
             isinstance(timeout, bool)
             or not isinstance(timeout, int | float)
             or not math.isfinite(timeout)
-            or not 0 < timeout <= 24 * 3600
+            or not 0 < timeout <= MAX_COMMAND_SECONDS
         ):
-            raise ApiError(400, "invalid", f"{where}.timeout: give the run's seconds, up to a day")
+            raise InvalidRequest(f"{where}.timeout", "give the run's seconds, up to a day")
         if run is None:
-            raise ApiError(400, "invalid", f"{where}.timeout: a timeout needs a run")
+            raise InvalidRequest(f"{where}.timeout", "a timeout needs a run")
         parsed["timeout"] = float(timeout)
     submit = action.get("submit", False)
     if not isinstance(submit, bool):
-        raise ApiError(400, "invalid", f"{where}.submit: give true or false")
+        raise InvalidRequest(f"{where}.submit", "give true or false")
     if submit:
         parsed["submit"] = True
     if not parsed:
-        raise ApiError(400, "invalid", f"{where}: give at least one of write, patch, run or submit")
-    return parsed
+        raise InvalidRequest(where, "give at least one of write, patch, run or submit")
+    return StepAction(**parsed)
 
 
 # --- stepping -----------------------------------------------------------------------------------
@@ -365,10 +374,10 @@ def pool_env_step(pool: Pool, index: int, action: Any, *, timeout: float | None 
     """One environment's step on its own (the streaming form): its result."""
     _open(pool)
     if not isinstance(index, int) or not 0 <= index < pool.size:
-        raise ApiError(404, "not_found", f"pool {pool.pk} has no environment {index}")
+        raise NotFound(f"pool {pool.pk} has no environment {index}")
     parsed = parse_action(action, where="action")
     if parsed is None:
-        raise ApiError(400, "invalid", "action: give an action")
+        raise InvalidRequest("action", "give an action")
     results: list[dict | None] = [None] * pool.size
     request = _request(pool, index, current_episodes(pool, [index]).get(index), parsed, timeout)
     if isinstance(request, dict):
@@ -380,22 +389,24 @@ def pool_env_step(pool: Pool, index: int, action: Any, *, timeout: float | None 
 
 
 def _answer_time(episode: Attempt, action: dict, timeout: float | None) -> float:
+    """How long the web waits for a step's answer: `timeout` when given, else what the parts
+    of the action (in its wire form) may take."""
     if timeout is not None:
         if not math.isfinite(timeout) or timeout <= 0:
-            raise ApiError(400, "invalid", "timeout: give seconds to wait for the step")
+            raise InvalidRequest("timeout", "give seconds to wait for the step")
         return timeout
     seconds = (
-        ANSWER_MARGIN + 60.0 * len(action.get("write", {})) + (60.0 if "patch" in action else 0)
+        OPERATION_MARGIN + 60.0 * len(action.get("write", {})) + (60.0 if "patch" in action else 0)
     )
     if "run" in action:
-        seconds += action.get("timeout", DEFAULT_RUN_TIMEOUT)
+        seconds += action.get("timeout", EXEC_TIMEOUT)
     if action.get("submit"):
         seconds += episode.task.check_budget
     return seconds
 
 
-def _request(pool: Pool, index: int, episode: Attempt | None, action: dict, timeout):
-    """The operation call to send for one environment ((host, id, "step", args, wait), its
+def _request(pool: Pool, index: int, episode: Attempt | None, action: StepAction, timeout):
+    """The operation call to send for one environment ((host, id, StepRequest, wait), its
     episode), or its result at once (refused or masked)."""
     unable = _not_steppable(index, episode)
     if unable is not None:
@@ -405,17 +416,16 @@ def _request(pool: Pool, index: int, episode: Attempt | None, action: dict, time
             index, episode, "host_lost", f"its host {episode.host} has not been heard from"
         )
     deadline = episode.started_at.timestamp() + pool.episode_seconds
-    wait = _answer_time(episode, action, timeout)
-    args = {
-        "action": action,
-        "max_steps": pool.max_steps,
-        "episode_deadline": deadline,
-        "container": episode.container_id,
-    }
+    wait = _answer_time(episode, action.to_wire(), timeout)
     task = episode.task  # where and as whom the agent works, and what it must never show
-    args["task"] = {name: getattr(task, name) for name in SESSION_TASK_FIELDS}
-    args["task"]["id"] = task.pk
-    return (episode.host, episode.pk, "step", args, wait), episode
+    request = StepRequest(
+        action=action,
+        max_steps=pool.max_steps,
+        episode_deadline=deadline,
+        container=episode.container_id,
+        task={**{name: getattr(task, name) for name in SESSION_TASK_FIELDS}, "id": task.pk},
+    )
+    return (episode.host, episode.pk, request, wait), episode
 
 
 def _send(
@@ -455,7 +465,7 @@ def _take_steps_once(requests, results):
     """One try of `_take_steps`, in one transaction."""
     ids = {episode.pk: i for i, (_, episode) in requests.items()}
     runs = [
-        episode.pk for (_, _, _, args, _), episode in requests.values() if "run" in args["action"]
+        episode.pk for (_, _, step, _), episode in requests.values() if step.action.run is not None
     ]
     live = {
         "episode_end": "",
@@ -505,9 +515,9 @@ def _take_steps_once(requests, results):
                 why = f"environment {i}'s episode ended ({how}): reset it"
                 results[i] = _unstepped(i, episode, "refused", why)
                 continue
-            args = request[3]
+            host, pk, step, wait = request
             seq = (tops.get(row["pk"]) or 0) + 1
-            parts = ", ".join(k for k in ("write", "patch", "run", "submit") if k in args["action"])
+            parts = ", ".join(step.action.parts())
             marks.append(
                 Event(
                     attempt_id=row["pk"],
@@ -517,10 +527,10 @@ def _take_steps_once(requests, results):
                     data={"role": "step", "content": f"step {row['episode_steps']}: {parts}"},
                 )
             )
-            args.update(
-                step_number=row["episode_steps"], exec_number=row["exec_count"], seq=seq + 1
+            step = dataclasses.replace(
+                step, step_number=row["episode_steps"], exec_number=row["exec_count"], seq=seq + 1
             )
-            taken[i] = (request, episode)
+            taken[i] = ((host, pk, step, wait), episode)
         Event.objects.bulk_create(marks)
     seen = {row["pk"] for row in rows}
     for pk, i in ids.items():
@@ -568,7 +578,7 @@ def _gather(calls: dict[int, tuple[opcalls.Call, Attempt]], results: list[dict |
                 results[i] = _masked(i, episode, "timeout", "no answer within the step's time")
             return
         i, call, episode = pending.pop(done.reply)
-        results[i] = _result(i, episode, done.get(0))
+        results[i] = _result(i, episode, done)
         results[i]["info"]["queued_seconds"] = done.queued  # waited for a free worker thread
         for reply, (j, other, other_episode) in list(pending.items()):
             if other.deadline < now and not other.done():
@@ -578,14 +588,16 @@ def _gather(calls: dict[int, tuple[opcalls.Call, Attempt]], results: list[dict |
                 del pending[reply]
 
 
-def _result(index: int, episode: Attempt, answer: dict) -> dict:
-    error = answer.get("error")
-    if error is None:
-        return {"index": index, **answer}
-    if error["status"] in (400, 404, 409, 413):  # the action itself, as the worker saw it
-        return _unstepped(index, episode, "refused", error["detail"])
-    kind = "infrastructure" if error["code"] in ("infrastructure", "gone") else "internal"
-    return _masked(index, episode, kind, error["detail"])
+def _result(index: int, episode: Attempt, call: opcalls.Call) -> dict:
+    """An environment's result from its answered call."""
+    try:
+        answer = call.get(0)
+    except Refusal as refusal:
+        if isinstance(refusal, ACTION_REFUSALS):
+            return _unstepped(index, episode, "refused", refusal.detail)
+        kind = "infrastructure" if isinstance(refusal, INFRASTRUCTURE_REFUSALS) else "internal"
+        return _masked(index, episode, kind, refusal.detail)
+    return {"index": index, **dataclasses.asdict(answer)}
 
 
 def _unstepped(index: int, episode: Attempt | None, kind: str, why: str) -> dict:

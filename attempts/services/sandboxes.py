@@ -1,6 +1,10 @@
 """API sandboxes, as the web process handles them: create, find, operate through the owning
 host's worker, close, delete. Never touches Docker: every operation is sent to the worker of the
-host that owns the container (an operation call, opcalls.py) with a finite wait.
+host that owns the container (an operation call, dispatch/calls.py, carrying a typed request of
+dispatch/protocol.py) with a finite wait.
+
+What cannot be done is raised as a refusal of dispatch/errors.py, in the domain's terms; the
+API says each as its HTTP status.
 """
 
 from __future__ import annotations
@@ -8,13 +12,13 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import dataclasses
 import math
 import posixpath
 import re
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
@@ -25,8 +29,33 @@ from django.utils import timezone
 from attempts.core.errors import TaskInvalid
 from attempts.core.timeline import Timeline, clip
 from attempts.dispatch import calls as opcalls
+from attempts.dispatch import protocol as p
 from attempts.dispatch import queue as queueing
+from attempts.dispatch.errors import (
+    InfrastructureFault,
+    InvalidRequest,
+    NoCapacity,
+    NotFound,
+    Refusal,
+    SandboxDeleted,
+    SandboxNotLive,
+    TimedOut,
+    WorkerUnreachable,
+)
 from attempts.dispatch.hosts import host_alive
+from attempts.dispatch.limits import (
+    ARCHIVE_WAIT,
+    CAPACITY_RETRY_AFTER,
+    CLOSE_WAIT,
+    DIFF_WAIT,
+    EXEC_TIMEOUT,
+    FILE_WAIT,
+    MAX_COMMAND_SECONDS,
+    MAX_SANDBOX_WAIT,
+    OPERATION_MARGIN,
+    SANDBOX_WAIT,
+    STARTING_GRACE,
+)
 from attempts.exports.workspace import SANDBOX_UID
 from attempts.models import (
     DONE_STATUSES,
@@ -44,22 +73,6 @@ from attempts.services.deletion import sandbox_delete as sandbox_files_delete
 from attempts.taskio.from_image import image_task
 
 WORKSPACE = "/workspace"
-# Room past an operation's own time before the web stops waiting for its worker.
-OPERATION_MARGIN = 30.0
-
-
-@dataclass
-class ApiError(Exception):
-    """What the API answers when a call cannot be done: status, code and a detail that says
-    what to do."""
-
-    status: int
-    code: str
-    detail: str
-    retry_after: int | None = None
-
-    def __str__(self) -> str:
-        return self.detail
 
 
 def visible_attempts(user) -> QuerySet:
@@ -81,13 +94,13 @@ ROUTING_FIELDS = (
 
 
 def sandbox_for(user, sandbox_id: int, *, routing_only: bool = False) -> Attempt:
-    """The user's sandbox, or ApiError 404; `routing_only` loads only ROUTING_FIELDS."""
+    """The user's sandbox (else NotFound); `routing_only` loads only ROUTING_FIELDS."""
     found = visible_attempts(user)
     if routing_only:
         found = found.select_related(None).only(*ROUTING_FIELDS)
     found = found.filter(pk=sandbox_id, origin="api").first()
     if found is None:
-        raise ApiError(404, "not_found", f"no sandbox {sandbox_id}")
+        raise NotFound(f"no sandbox {sandbox_id}")
     return found
 
 
@@ -107,7 +120,7 @@ def workspace_path(path: str) -> str:
     """A path inside the sandbox, normalized: relative ones stay relative, and the worker
     puts them in the task's working folder (/workspace, or a Harbor task's /app)."""
     if not isinstance(path, str) or not path or "\x00" in path or len(path) > 4096:
-        raise ApiError(400, "invalid", "path: give a file name (no NUL, at most 4096 characters)")
+        raise InvalidRequest("path", "give a file name (no NUL, at most 4096 characters)")
     joined = posixpath.normpath(path)
     return "/" + joined.lstrip("/") if path.startswith("/") else joined
 
@@ -121,29 +134,29 @@ def sandbox_create(
     agent: str = "",
     ttl: float | None = None,
     idle_timeout: float | None = None,
-    wait: float = 60.0,
+    wait: float = SANDBOX_WAIT,
 ) -> Attempt:
     """A new sandbox from a task (or, with `image` and no task, an empty one from that image),
     live when this returns. Over capacity it waits up to `wait` seconds for a host with room,
-    then gives up: ApiError 429 with a time to retry."""
+    then gives up: NoCapacity, with a time to retry."""
     if bool(task) == bool(image):
-        raise ApiError(
-            400, "invalid", "task or image: give a task's name, or an image for a task-less sandbox"
+        raise InvalidRequest(
+            "task or image", "give a task's name, or an image for a task-less sandbox"
         )
     if image:
         try:
             found = image_task(image)
         except TaskInvalid as exc:
-            raise ApiError(400, "invalid", exc.message) from None
+            raise InvalidRequest("", exc.message) from None
     else:
         found = Task.objects.filter(slug=task).first()
     if found is None:
-        raise ApiError(404, "not_found", f"no task {task!r}: GET /api/tasks lists them")
+        raise NotFound(f"no task {task!r}: GET /api/tasks lists them")
     labels = {str(k)[:100]: str(v)[:300] for k, v in (labels or {}).items()}
     ttl = min(float(ttl or settings.BOLTZ_SANDBOX_DEFAULT_TTL), settings.BOLTZ_SANDBOX_MAX_TTL)
     idle = float(idle_timeout or settings.BOLTZ_SANDBOX_IDLE_TIMEOUT)
     if ttl < 1 or idle < 1 or not math.isfinite(ttl + idle):
-        raise ApiError(400, "invalid", "ttl and idle_timeout: give numbers of seconds, 1 or more")
+        raise InvalidRequest("ttl and idle_timeout", "give numbers of seconds, 1 or more")
     attempt = sandbox_attempt(
         found, user=user, agent=agent or "api", labels=labels, ttl=ttl, idle=idle
     )
@@ -178,22 +191,23 @@ def sandbox_attempt(
 
 
 def wait_live(attempt: Attempt, *, wait: float) -> Attempt:
-    """The sandbox once it is live; ApiError if it could not start, or 429 when no host had
-    room within `wait` seconds (it is then cancelled, never left queued)."""
+    """The sandbox once it is live; the Refusal that says why not if it could not start, or
+    NoCapacity when no host had room within `wait` seconds (it is then cancelled, never left
+    queued)."""
     got = wait_live_all([attempt], wait=wait)[attempt.pk]
-    if isinstance(got, ApiError):
+    if isinstance(got, Refusal):
         raise got
     return got
 
 
-def wait_live_all(attempts: list[Attempt], *, wait: float) -> dict[int, Attempt | ApiError]:
-    """Wait for several sandboxes at once: for each, the live Attempt or the ApiError that says
+def wait_live_all(attempts: list[Attempt], *, wait: float) -> dict[int, Attempt | Refusal]:
+    """Wait for several sandboxes at once: for each, the live Attempt or the Refusal that says
     why not (as `wait_live`)."""
-    wait = max(0.0, min(wait, 600.0))
+    wait = max(0.0, min(wait, MAX_SANDBOX_WAIT))
     pending = {a.pk for a in attempts}
-    got: dict[int, Attempt | ApiError] = {}
+    got: dict[int, Attempt | Refusal] = {}
     deadline = time.monotonic() + wait
-    setting_up_until: float | None = None  # started before the deadline: given 60 s more
+    setting_up_until: float | None = None  # started before the deadline: given some more
     while pending:
         rows = Attempt.objects.filter(pk__in=pending).values_list(
             "pk", "status", "outcome", "failure_reason"
@@ -208,29 +222,27 @@ def wait_live_all(attempts: list[Attempt], *, wait: float) -> dict[int, Attempt 
                 got[pk] = None  # loaded whole below
                 pending.discard(pk)
             elif status in DONE_STATUSES:
-                got[pk] = ApiError(502, "infrastructure", f"the sandbox could not start: {reason}")
+                got[pk] = InfrastructureFault(f"the sandbox could not start: {reason}")
                 pending.discard(pk)
         for pk in pending - seen:  # deleted meanwhile
-            got[pk] = ApiError(410, "gone", f"sandbox {pk} was deleted")
+            got[pk] = SandboxDeleted(f"sandbox {pk} was deleted")
             pending.discard(pk)
         now = time.monotonic()
         if pending and now >= deadline:
             for pk in list(pending):
                 if _give_up_queued(pk, wait):
-                    got[pk] = ApiError(
-                        429,
-                        "capacity",
+                    got[pk] = NoCapacity(
                         f"every host is at capacity; no sandbox was free within {wait:g}s: "
                         "retry later or wait longer",
-                        retry_after=10,
+                        retry_after=CAPACITY_RETRY_AFTER,
                     )
                     pending.discard(pk)
             if setting_up_until is None:
-                setting_up_until = now + 60.0
+                setting_up_until = now + STARTING_GRACE
             elif now >= setting_up_until:
                 for pk in pending:
-                    got[pk] = ApiError(
-                        504, "timeout", f"sandbox {pk} started but was not live within 60s more"
+                    got[pk] = TimedOut(
+                        f"sandbox {pk} started but was not live within {STARTING_GRACE:g}s more"
                     )
                 pending.clear()
         if pending:
@@ -240,7 +252,7 @@ def wait_live_all(attempts: list[Attempt], *, wait: float) -> dict[int, Attempt 
         got[attempt.pk] = attempt
     for pk in live:
         if got[pk] is None:
-            got[pk] = ApiError(410, "gone", f"sandbox {pk} was deleted")
+            got[pk] = SandboxDeleted(f"sandbox {pk} was deleted")
     return got
 
 
@@ -261,58 +273,101 @@ def _give_up_queued(pk: int, wait: float) -> bool:
 def _ready(attempt: Attempt) -> None:
     state = sandbox_state(attempt)
     if state == "deleted":
-        raise ApiError(410, "gone", f"sandbox {attempt.pk} was deleted")
+        raise SandboxDeleted(f"sandbox {attempt.pk} was deleted")
     if state != "live":
-        raise ApiError(409, "closed", f"sandbox {attempt.pk} is {state}, not live")
+        raise SandboxNotLive(f"sandbox {attempt.pk} is {state}, not live")
     if not host_alive(attempt.host):
-        raise ApiError(
-            502, "infrastructure", f"the sandbox's host {attempt.host} has not been heard from"
-        )
+        raise InfrastructureFault(f"the sandbox's host {attempt.host} has not been heard from")
 
 
-def _answer(answer: dict) -> dict:
-    if "error" in answer:
-        error = answer["error"]
-        raise ApiError(error["status"], error["code"], error["detail"])
-    return answer
-
-
-def operate(attempt: Attempt, op: str, args: dict, *, timeout: float) -> dict:
-    """Run an operation on the sandbox's worker; its answer, or ApiError."""
+def operate(attempt: Attempt, request: p.Request, *, timeout: float) -> p.Answer:
+    """Run an operation on the sandbox's worker and wait at most `timeout` seconds: its
+    answer, or the Refusal that says why not."""
     _ready(attempt)
-    with _channel(op, timeout):
-        answer = opcalls.call(attempt.host, attempt.pk, op, args, timeout=timeout)
-    return _answer(answer)
+    with _channel(request.op, timeout):
+        return opcalls.call(attempt.host, attempt.pk, request, timeout=timeout)
 
 
 @contextlib.contextmanager
 def _channel(op: str, timeout: float):
-    """Say a call that went unanswered or could not be sent as the API does."""
+    """A call that went unanswered or could not be sent, said in the domain's terms."""
     try:
         yield
     except opcalls.CallTimeout:
-        raise ApiError(504, "timeout", f"the {op} did not answer within {timeout:g}s") from None
+        raise TimedOut(f"the {op} did not answer within {timeout:g}s") from None
     except opcalls.ChannelDown as exc:
-        raise ApiError(503, "infrastructure", f"infrastructure error: {exc}") from None
+        raise WorkerUnreachable(f"infrastructure error: {exc}") from None
 
 
-def exec_stream(attempt: Attempt, args: dict, *, timeout: float) -> Iterator[dict]:
+# --- files -----------------------------------------------------------------------------------
+def sandbox_read(attempt: Attempt, *, path: str, max_bytes: int | None = None) -> bytes:
+    """A file's bytes (at most `max_bytes`, never more than BOLTZ_MAX_FILE_BYTES)."""
+    path = workspace_path(path)
+    if max_bytes is not None and max_bytes < 0:
+        raise InvalidRequest("max_bytes", "give a number of bytes (0 or more)")
+    return operate(attempt, p.ReadRequest(path=path, max_bytes=max_bytes), timeout=FILE_WAIT).data
+
+
+def sandbox_write(attempt: Attempt, *, path: str, data: bytes, mode: int) -> p.WriteAnswer:
+    request = p.WriteRequest(path=workspace_path(path), data=data, mode=mode)
+    return operate(attempt, request, timeout=FILE_WAIT)
+
+
+def sandbox_list(attempt: Attempt, *, path: str) -> list[p.FileEntry]:
+    request = p.ListRequest(path=workspace_path(path))
+    return operate(attempt, request, timeout=FILE_WAIT).entries
+
+
+def sandbox_remove(attempt: Attempt, *, path: str) -> None:
+    """A file or folder of the sandbox removed (`sandbox_delete` deletes the sandbox)."""
+    operate(attempt, p.DeleteRequest(path=workspace_path(path)), timeout=FILE_WAIT)
+
+
+def sandbox_download(attempt: Attempt, *, path: str) -> bytes:
+    """A file or folder as a tar archive."""
+    request = p.DownloadRequest(path=workspace_path(path))
+    return operate(attempt, request, timeout=ARCHIVE_WAIT).data
+
+
+def sandbox_upload(attempt: Attempt, *, path: str, data: bytes) -> p.UploadAnswer:
+    """A tar archive unpacked into the folder `path`."""
+    request = p.UploadRequest(path=workspace_path(path), data=data)
+    return operate(attempt, request, timeout=ARCHIVE_WAIT)
+
+
+# --- changes and check -----------------------------------------------------------------------
+def sandbox_diff(attempt: Attempt) -> p.DiffAnswer:
+    """The changes so far: read out of a live sandbox, as recorded of one that is not."""
+    if sandbox_state(attempt) != "live":
+        return p.DiffAnswer(
+            patch=attempt.diff, truncated=attempt.diff_truncated, bytes=attempt.diff_bytes
+        )
+    return operate(attempt, p.DiffRequest(), timeout=DIFF_WAIT)
+
+
+def sandbox_check(attempt: Attempt, *, timeout: float) -> int:
+    """The task's check on a clean copy of the changes so far: its CheckResult's id."""
+    return operate(attempt, p.CheckRequest(), timeout=timeout).check
+
+
+# --- exec ------------------------------------------------------------------------------------
+def exec_stream(attempt: Attempt, request: p.ExecRequest, *, timeout: float) -> Iterator[dict]:
     """An exec whose output comes as it is made: {"stream", "text"} items read from the
-    timeline (the worker writes them there as the command runs), then {"result": ...}."""
+    timeline (the worker writes them there as the command runs), then {"result": answer}."""
     _ready(attempt)
-    with _channel("exec", timeout):
-        started = opcalls.send(attempt.host, attempt.pk, "exec", args, timeout=timeout)
+    with _channel(request.op, timeout):
+        started = opcalls.send(attempt.host, attempt.pk, request, timeout=timeout)
     deadline = time.monotonic() + timeout
     number, after = None, 0
     while True:
         try:
             done = started.done()
         except opcalls.ChannelDown as exc:
-            yield {"error": {"detail": f"infrastructure error: {exc}", "code": "infrastructure"}}
+            yield _stream_error(WorkerUnreachable(f"infrastructure error: {exc}"))
             return
         if number is None:
             start = Event.objects.filter(
-                attempt_id=attempt.pk, kind=EventKind.EXEC, data__request=args["request"]
+                attempt_id=attempt.pk, kind=EventKind.EXEC, data__request=request.request_id
             ).first()
             if start is not None:
                 number, after = start.data["exec"], start.seq
@@ -324,14 +379,20 @@ def exec_stream(attempt: Attempt, args: dict, *, timeout: float) -> Iterator[dic
                 yield {"stream": event.data["stream"], "text": event.data["text"]}
         if done:
             try:
-                yield {"result": _answer(started.get(timeout=0))}
-            except ApiError as exc:
-                yield {"error": {"detail": exc.detail, "code": exc.code}}
+                yield {"result": started.get(timeout=0)}
+            except Refusal as exc:
+                yield _stream_error(exc)
             return
         if time.monotonic() > deadline:
-            yield {"error": {"detail": f"no answer within {timeout:g}s", "code": "timeout"}}
+            yield _stream_error(TimedOut(f"no answer within {timeout:g}s"))
             return
         time.sleep(0.1)
+
+
+def _stream_error(refusal: Refusal) -> dict:
+    """A stream's last item when its exec cannot answer: the stream has begun, so the
+    refusal is said in it."""
+    return {"error": {"detail": refusal.detail, "code": refusal.code}}
 
 
 def sandbox_exec(
@@ -346,66 +407,64 @@ def sandbox_exec(
     stream: bool = False,
     max_output: int | None = None,
 ):
-    """Run a command; its result, or (with `stream`) an iterator of output then result.
-    `max_output`: streams up to this many bytes come back whole (else head and tail)."""
+    """Run a command; its ExecAnswer, or (with `stream`) an iterator of output then result.
+    `stdin`: base64 (as `exec_stdin` gives it) or None. `max_output`: streams up to this many
+    bytes come back whole (else head and tail)."""
     if max_output is not None and not 0 <= max_output <= settings.BOLTZ_MAX_FILE_BYTES:
-        raise ApiError(
-            400,
-            "invalid",
-            f"max_output: give bytes up to {settings.BOLTZ_MAX_FILE_BYTES} (BOLTZ_MAX_FILE_BYTES)",
+        raise InvalidRequest(
+            "max_output",
+            f"give bytes up to {settings.BOLTZ_MAX_FILE_BYTES} (BOLTZ_MAX_FILE_BYTES)",
         )
     user = exec_user(
         user,
         allow_root=lambda: Task.objects.filter(attempts=attempt.pk, allow_root=True).exists(),
     )
     if isinstance(command, list) and not command or command == "":
-        raise ApiError(400, "invalid", "command: give a shell command or a non-empty argv")
-    timeout = float(timeout or 600.0)
-    if not math.isfinite(timeout) or timeout <= 0 or timeout > 24 * 3600:
-        raise ApiError(400, "invalid", "timeout: give a number of seconds up to a day")
-    request = uuid.uuid4().hex
-    args = {
-        "command": command,
-        "cwd": workspace_path(cwd or "."),
-        "env": {str(k): str(v) for k, v in (env or {}).items()},
-        "timeout": timeout,
-        "stdin": stdin,
-        "request": request,
-    }
-    if user:
-        args["user"] = user
+        raise InvalidRequest("command", "give a shell command or a non-empty argv")
+    timeout = float(timeout or EXEC_TIMEOUT)
+    if not math.isfinite(timeout) or timeout <= 0 or timeout > MAX_COMMAND_SECONDS:
+        raise InvalidRequest("timeout", "give a number of seconds up to a day")
+    request = p.ExecRequest(
+        command=command,
+        cwd=workspace_path(cwd or "."),
+        env={str(k): str(v) for k, v in (env or {}).items()},
+        timeout=timeout,
+        stdin=base64.b64decode(stdin) if stdin else None,
+        user=user,
+        request_id=uuid.uuid4().hex,
+        stream=stream,  # the worker writes its output as it comes, for the stream
+    )
     if stream:
-        args["stream"] = True  # the worker writes its output as it comes, for the stream
         return (
             {"result": whole_output(item["result"], max_output)} if "result" in item else item
-            for item in exec_stream(attempt, args, timeout=timeout + OPERATION_MARGIN)
+            for item in exec_stream(attempt, request, timeout=timeout + OPERATION_MARGIN)
         )
-    answer = operate(attempt, "exec", args, timeout=timeout + OPERATION_MARGIN)
+    answer = operate(attempt, request, timeout=timeout + OPERATION_MARGIN)
     return whole_output(answer, max_output)
 
 
 def exec_stdin(text: str | None, encoded: str | None) -> str | None:
-    """An exec's standard input as base64 (as the worker takes it): text, or bytes given as
-    base64; None for none (an empty input reads as end of file either way)."""
+    """An exec's standard input as base64: text, or bytes given as base64; None for none (an
+    empty input reads as end of file either way)."""
     if text is not None and encoded is not None:
-        raise ApiError(400, "invalid", "stdin, stdin_base64: give one of them, not both")
+        raise InvalidRequest("stdin, stdin_base64", "give one of them, not both")
     if encoded is None:
         return base64.b64encode(text.encode()).decode() if text else None
     try:
         data = base64.b64decode(encoded, validate=True)
     except (binascii.Error, ValueError):
-        raise ApiError(400, "invalid", "stdin_base64: not valid base64") from None
+        raise InvalidRequest("stdin_base64", "not valid base64") from None
     return encoded if data else None
 
 
-def whole_output(answer: dict, max_output: int | None) -> dict:
+def whole_output(answer: p.ExecAnswer, max_output: int | None) -> p.ExecAnswer:
     """An exec's answer with each stream of at most `max_output` bytes whole, read from the
     raw output the worker stored (the answer itself carries only its head and tail)."""
-    if not max_output or not answer.get("truncated"):
+    if not max_output or not answer.truncated:
         return answer
-    whole = True
+    whole, streams = True, {}
     for stream in ("stdout", "stderr"):
-        size, name = answer.get(f"{stream}_bytes", 0), answer.get("raw", {}).get(stream, "")
+        size, name = getattr(answer, f"{stream}_bytes"), answer.raw.get(stream, "")
         if not size:
             continue
         if size > max_output or not name:
@@ -416,9 +475,8 @@ def whole_output(answer: dict, max_output: int | None) -> dict:
         if len(data) != size:
             whole = False
             continue
-        answer[stream] = data.decode("utf-8", errors="replace")
-    answer["truncated"] = not whole
-    return answer
+        streams[stream] = data.decode("utf-8", errors="replace")
+    return dataclasses.replace(answer, **streams, truncated=not whole)
 
 
 USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\$?")
@@ -434,29 +492,29 @@ def exec_user(user: str | None, *, allow_root=lambda: False) -> str:
     if user in ("sandbox", str(SANDBOX_UID)):  # asked for by name: that user, not the task's
         return str(SANDBOX_UID)
     if not USER_NAME.fullmatch(user):
-        raise ApiError(400, "invalid", "user: give a user name or a uid (no group)")
+        raise InvalidRequest("user", "give a user name or a uid (no group)")
     if user in ("root", "0") and not allow_root():
-        raise ApiError(
-            400,
-            "user_not_allowed",
-            "user: commands never run as root in a Boltz sandbox (uid 0); give a non-root user",
+        raise InvalidRequest(
+            "user",
+            "commands never run as root in a Boltz sandbox (uid 0); give a non-root user",
+            code="user_not_allowed",
         )
     return user
 
 
 def sandbox_message(attempt: Attempt, *, role: str, content: str) -> None:
     if sandbox_state(attempt) in ("deleted",):
-        raise ApiError(410, "gone", f"sandbox {attempt.pk} was deleted")
+        raise SandboxDeleted(f"sandbox {attempt.pk} was deleted")
     Timeline(attempt.pk).add(
         EventKind.MESSAGE, actor=Actor.AGENT, role=role[:50], text=clip(content)
     )
 
 
-def sandbox_close(attempt: Attempt, *, check: bool, wait: float = 900.0) -> Attempt:
+def sandbox_close(attempt: Attempt, *, check: bool, wait: float = CLOSE_WAIT) -> Attempt:
     """Ask the holder to close the sandbox (final check if asked), and wait until it has."""
     state = sandbox_state(attempt)
     if state == "deleted":
-        raise ApiError(410, "gone", f"sandbox {attempt.pk} was deleted")
+        raise SandboxDeleted(f"sandbox {attempt.pk} was deleted")
     Attempt.objects.filter(pk=attempt.pk, close_requested_at__isnull=True).update(
         close_requested_at=timezone.now(), close_with_check=check
     )
@@ -466,10 +524,11 @@ def sandbox_close(attempt: Attempt, *, check: bool, wait: float = 900.0) -> Atte
         if attempt.status in DONE_STATUSES:
             return attempt
         time.sleep(0.1)
-    raise ApiError(504, "timeout", f"sandbox {attempt.pk} did not close within {wait:g}s")
+    raise TimedOut(f"sandbox {attempt.pk} did not close within {wait:g}s")
 
 
 def sandbox_delete(attempt: Attempt, *, by: str) -> None:
     """Its container and kept files go at once (a live one is stopped by its holder); the
-    record, timeline, diff and checks stay for review, and calls on it answer 410."""
+    record, timeline, diff and checks stay for review, and operations on it are refused
+    (SandboxDeleted)."""
     sandbox_files_delete(attempt=attempt, by=by)
