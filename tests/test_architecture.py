@@ -17,8 +17,9 @@ DOC = ROOT / "docs" / "ARCHITECTURE.md"
 PACKAGES = ("attempts", "boltz_web", "boltz")
 # The packages the web process loads (pages, API, admin, settings): none may reach these.
 WORKER_SIDE = ("attempts.run",)
-# What the importers share by convention: each format's reader has the same two functions.
-SAME_NAME_BY_DESIGN = {"read_one", "task_values"}
+# One name on purpose: each importer's reader has the same two functions, and each subscriber to
+# core.ended the same receiver.
+SAME_NAME_BY_DESIGN = {"read_one", "task_values", "on_attempt_ended"}
 
 
 def _modules() -> dict[str, Path]:

@@ -29,7 +29,7 @@ from attempts.dispatch.protocol import ExecAnswer
 from attempts.exports.bundle import check_record
 from attempts.models import DONE_STATUSES, Attempt, CheckResult, Task
 from attempts.services import attempts as services
-from attempts.services import sandboxes
+from attempts.services import deletion, sandboxes
 from attempts.services.callbacks import attempt_payload
 from attempts.services.sandboxes import sandbox_for
 from attempts.taskio.from_image import has_check
@@ -516,7 +516,9 @@ def close_sandbox(request, sandbox_id: int, body: CloseIn):
 @api.delete("/sandboxes/{sandbox_id}", response={204: None, **ERRORS}, tags=["sandboxes"])
 def delete_sandbox(request, sandbox_id: int):
     attempt = sandbox_for(request.user, sandbox_id)
-    sandboxes.sandbox_delete(attempt, by=request.user.get_username())
+    # Its container and kept files go at once (a live one is stopped by its holder); the record,
+    # timeline, diff and checks stay, and operations on it are refused (SandboxDeleted).
+    deletion.sandbox_delete(attempt=attempt, by=request.user.get_username())
     return 204, None
 
 

@@ -3,7 +3,7 @@
 Exec (streamed into the timeline, output capped honestly, hard timeouts, cancellation), files
 in and out, ending its processes, stopping it. Every call lands on the attempt's timeline. A
 session knows nothing of Celery, views or an attempt's stages: the attempt director
-(`runner.py`), the check (`checking.py`), re-check and the API's operations all drive one.
+(director.py), the check (check.py), re-check and the API's operations all drive one.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Writes that the command line, the pages and (later) the API share: keyword-only services."""
+"""Writes on attempts that the command line, the pages, the admin and the API share: create,
+enqueue, cancel, re-run, re-check and export; keyword-only services."""
 
 from __future__ import annotations
 

@@ -71,7 +71,7 @@ class Prediction:
 
 
 @dataclass
-class Refusal:
+class RefusedPrediction:
     line: int
     instance_id: str
     reason: str
@@ -122,26 +122,26 @@ def _entries(value: str | list) -> list[tuple[int, Any]]:
     return found
 
 
-def parse_predictions(value: str | list) -> tuple[list[Prediction], list[Refusal]]:
+def parse_predictions(value: str | list) -> tuple[list[Prediction], list[RefusedPrediction]]:
     """The predictions to evaluate, and the refused ones with their line and reason."""
     accepted: list[Prediction] = []
-    refused: list[Refusal] = []
+    refused: list[RefusedPrediction] = []
     first_line: dict[str, int] = {}
     for line, entry in _entries(value):
         if isinstance(entry, _Unreadable):
-            refused.append(Refusal(line, "", entry.reason))
+            refused.append(RefusedPrediction(line, "", entry.reason))
             continue
         if not isinstance(entry, dict):
-            refused.append(Refusal(line, "", "not a JSON object"))
+            refused.append(RefusedPrediction(line, "", "not a JSON object"))
             continue
         instance_id = entry.get(KEY_ID)
         name = instance_id if isinstance(instance_id, str) else ""
         problem = _prediction_problem(entry)
         if problem:
-            refused.append(Refusal(line, name, problem))
+            refused.append(RefusedPrediction(line, name, problem))
         elif name in first_line:
             refused.append(
-                Refusal(
+                RefusedPrediction(
                     line,
                     name,
                     f"duplicate instance_id {name}: line {first_line[name]} has it already "
@@ -149,7 +149,9 @@ def parse_predictions(value: str | list) -> tuple[list[Prediction], list[Refusal
                 )
             )
         elif len(accepted) >= MAX_PREDICTIONS:
-            refused.append(Refusal(line, name, f"more than {MAX_PREDICTIONS} predictions"))
+            refused.append(
+                RefusedPrediction(line, name, f"more than {MAX_PREDICTIONS} predictions")
+            )
         else:
             first_line[name] = line
             accepted.append(Prediction(line, name, entry[KEY_MODEL], entry[KEY_PATCH]))
@@ -243,7 +245,7 @@ def evaluation_start(
         why = f"instance_id {p.instance_id} is not in the dataset"
         if unreadable:
             why += f" (dataset lines that could not be read: {_numbers(unreadable)})"
-        refused.append(Refusal(p.line, p.instance_id, why))
+        refused.append(RefusedPrediction(p.line, p.instance_id, why))
     refused.sort(key=lambda r: r.line)
     if not accepted:
         shown = "; ".join(r.text() for r in refused[:5]) or "there are none"

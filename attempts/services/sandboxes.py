@@ -69,7 +69,6 @@ from attempts.models import (
     Task,
 )
 from attempts.services.attempts import numbered_attempt
-from attempts.services.deletion import sandbox_delete as sandbox_files_delete
 from attempts.taskio.from_image import image_task
 
 WORKSPACE = "/workspace"
@@ -525,10 +524,3 @@ def sandbox_close(attempt: Attempt, *, check: bool, wait: float = CLOSE_WAIT) ->
             return attempt
         time.sleep(0.1)
     raise TimedOut(f"sandbox {attempt.pk} did not close within {wait:g}s")
-
-
-def sandbox_delete(attempt: Attempt, *, by: str) -> None:
-    """Its container and kept files go at once (a live one is stopped by its holder); the
-    record, timeline, diff and checks stay for review, and operations on it are refused
-    (SandboxDeleted)."""
-    sandbox_files_delete(attempt=attempt, by=by)
