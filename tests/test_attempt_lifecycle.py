@@ -111,6 +111,26 @@ def test_announcing_an_end_sets_the_validation_mark_and_sends_the_callback(
     assert sent == [noop.pk]
 
 
+@pytest.mark.django_db
+def test_a_sandbox_given_up_while_queued_is_announced_so_its_callback_goes(
+    monkeypatch, django_capture_on_commit_callbacks
+):
+    from attempts.services.sandboxes import _give_up_queued
+
+    task = new_task("no-room")
+    queued = Attempt.objects.create(
+        task=task, number=1, agent="client", callback_url="http://127.0.0.1:9/done"
+    )
+    sent = []
+    monkeypatch.setattr(queueing, "enqueue_callback", lambda pk, **kwargs: sent.append(pk))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert _give_up_queued(queued.pk, 30.0)
+    queued.refresh_from_db()
+    assert (queued.status, queued.outcome) == (Status.CANCELLED, Outcome.CANCELLED)
+    assert queued.failure_reason == "no host had room within 30s"
+    assert sent == [queued.pk]
+
+
 # --- API sandboxes end as the pipeline's attempts do ----------------------------------------------
 def _client(web: str) -> httpx.Client:
     user = get_user_model().objects.create_user(f"client-{uuid.uuid4().hex[:6]}")

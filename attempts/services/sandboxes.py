@@ -26,6 +26,7 @@ from django.core.files.storage import default_storage
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from attempts.core.ended import announce
 from attempts.core.errors import TaskInvalid
 from attempts.core.timeline import Timeline, clip
 from attempts.dispatch import calls as opcalls
@@ -265,7 +266,9 @@ def _give_up_queued(pk: int, wait: float) -> bool:
         failure_reason=reason,
     )
     if gave_up:
-        Timeline(pk).add(EventKind.LIFECYCLE, status="cancelled", message=reason)
+        Timeline(pk).add(EventKind.LIFECYCLE, status=Status.CANCELLED, message=reason)
+        task_id = Attempt.objects.filter(pk=pk).values_list("task_id", flat=True).first()
+        announce(pk, task_id)  # it ended too: its callback, if it asked for one, says so
     return bool(gave_up)
 
 
