@@ -91,13 +91,11 @@ class ClientHold(WorkStage):
             message=f"sandbox live for {attempt.agent or 'an API client'}",
         )
         why = self._wait_for_close(director)
-        try:
-            director.session.ensure_running()
-        except SandboxGone:
-            # Died while live: only memory does that from inside; anything else (killed, its
-            # host's fault) is no outcome of the client's but an infrastructure error.
-            if not director.out_of_memory("the sandbox was killed while its client held it"):
-                raise
+        # A container that died while live (killed, its host's fault) is no outcome of the
+        # client's: the attempt is an infrastructure error. Not even memory is blamed on the
+        # client here: Docker's OOMKilled says that some process of the container was killed
+        # for memory at some time in its (hours-long) life, not that this is why it died.
+        director.session.ensure_running()
         director.timeline.add(EventKind.LIFECYCLE, message=f"closing: {why}")
         return None
 
