@@ -165,6 +165,8 @@ def test_cancelling_a_live_sandbox_closes_it_as_cancelled_and_keeps_it(web, work
         assert attempt_cancel(attempt=Attempt.objects.get(pk=sid), by="erin") is True
         attempt = wait_finished([Attempt(pk=sid)], timeout=30)[0]
         assert client.get(f"/api/sandboxes/{sid}").json()["state"] == "closed"
+        refused = client.post(f"/api/sandboxes/{sid}/exec", json={"command": "true"})
+        assert refused.status_code == 409, refused.text
     assert (attempt.status, attempt.outcome, attempt.score) == (
         Status.CANCELLED,
         Outcome.CANCELLED,
