@@ -418,7 +418,7 @@ def test_hole_a_compressed_commit_inflates_on_the_worker(worker, make_task, tmp_
         "import django, json, resource, sys\n"
         "from pathlib import Path\n"
         "django.setup()\n"
-        "from attempts import changes\n"
+        "from attempts.run import changes\n"
         "listed = changes.agent_commits(Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]))\n"
         "print(json.dumps([len(listed), resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))\n"
     )

@@ -9,6 +9,7 @@ from attempts.api import routes
 from attempts.core.errors import TaskInvalid
 from attempts.core.protected import protection_for
 from attempts.core.runner_reach import check_problem
+from attempts.dispatch import limits
 from attempts.dispatch.deadlines import attempt_budget
 from attempts.models import (
     CHECK_BUDGET_FIELDS,
@@ -102,8 +103,8 @@ class _Asked(Exception):
 def test_the_api_check_waits_for_the_tasks_check_budget(kind, monkeypatch):
     rules, waited = task(kind), []
 
-    def operate(attempt, op, args, *, timeout):
-        waited.append((op, timeout))
+    def operate(attempt, request, *, timeout):
+        waited.append((request.op, timeout))
         raise _Asked
 
     monkeypatch.setattr(routes, "sandbox_for", lambda user, sandbox_id: Attempt(task=rules))
@@ -118,7 +119,7 @@ def test_the_api_check_waits_for_the_tasks_check_budget(kind, monkeypatch):
 def test_a_pools_submit_waits_for_the_tasks_check_budget(kind):
     rules = task(kind)
     waits = pools._answer_time(Attempt(task=rules), {"submit": True}, None)
-    assert waits == pools.ANSWER_MARGIN + rules.check_budget
+    assert waits == limits.OPERATION_MARGIN + rules.check_budget
 
 
 @pytest.mark.django_db
