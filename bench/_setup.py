@@ -30,6 +30,10 @@ def django_in_scratch(instance: str) -> Path:
 
     django.setup()
     call_command("migrate", verbosity=0)
+    # A benchmark runs on a Docker host, as `load_task` does: its imports may ask this Docker.
+    from attempts.run.image_builds import use_this_hosts_docker
+
+    use_this_hosts_docker()
     return data
 
 
