@@ -11,6 +11,7 @@ from attempts.core.protected import protection_for
 from attempts.core.runner_reach import check_problem
 from attempts.dispatch import limits
 from attempts.dispatch.deadlines import attempt_budget
+from attempts.dispatch.protocol import StepAction
 from attempts.models import (
     CHECK_BUDGET_FIELDS,
     CHECK_MARGIN,
@@ -118,7 +119,7 @@ def test_the_api_check_waits_for_the_tasks_check_budget(kind, monkeypatch):
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_pools_submit_waits_for_the_tasks_check_budget(kind):
     rules = task(kind)
-    waits = pools._answer_time(Attempt(task=rules), {"submit": True}, None)
+    waits = pools._answer_time(Attempt(task=rules), StepAction(submit=True), None)
     assert waits == limits.OPERATION_MARGIN + rules.check_budget
 
 

@@ -244,7 +244,11 @@ class StepAction:
 
     def parts(self) -> list[str]:
         """The parts it has, in the order they run."""
-        return [name for name in STEP_PARTS if name in self.to_wire()]
+        return [
+            name
+            for name in STEP_PARTS
+            if (self.submit if name == "submit" else getattr(self, name) is not None)
+        ]
 
     def to_wire(self) -> dict[str, Any]:
         """Only the parts given."""

@@ -388,19 +388,21 @@ def pool_env_step(pool: Pool, index: int, action: Any, *, timeout: float | None 
     return results[index]
 
 
-def _answer_time(episode: Attempt, action: dict, timeout: float | None) -> float:
+def _answer_time(episode: Attempt, action: StepAction, timeout: float | None) -> float:
     """How long the web waits for a step's answer: `timeout` when given, else what the parts
-    of the action (in its wire form) may take."""
+    of the action may take."""
     if timeout is not None:
         if not math.isfinite(timeout) or timeout <= 0:
             raise InvalidRequest("timeout", "give seconds to wait for the step")
         return timeout
     seconds = (
-        OPERATION_MARGIN + 60.0 * len(action.get("write", {})) + (60.0 if "patch" in action else 0)
+        OPERATION_MARGIN
+        + 60.0 * len(action.write or {})
+        + (60.0 if action.patch is not None else 0)
     )
-    if "run" in action:
-        seconds += action.get("timeout", EXEC_TIMEOUT)
-    if action.get("submit"):
+    if action.run is not None:
+        seconds += action.timeout if action.timeout is not None else EXEC_TIMEOUT
+    if action.submit:
         seconds += episode.task.check_budget
     return seconds
 
@@ -416,7 +418,7 @@ def _request(pool: Pool, index: int, episode: Attempt | None, action: StepAction
             index, episode, "host_lost", f"its host {episode.host} has not been heard from"
         )
     deadline = episode.started_at.timestamp() + pool.episode_seconds
-    wait = _answer_time(episode, action.to_wire(), timeout)
+    wait = _answer_time(episode, action, timeout)
     task = episode.task  # where and as whom the agent works, and what it must never show
     request = StepRequest(
         action=action,
