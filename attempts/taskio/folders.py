@@ -188,9 +188,10 @@ def _unknown(table: dict, allowed: set[str], where: str) -> None:
         )
 
 
-def _limit(limits: dict, key: str, parse, default):
+def _limit(limits: dict, key: str, parse, *, field: str = ""):
+    """`limits.key` parsed, or the default of the task's field it sets (`field`, else `key`)."""
     if key not in limits:
-        return default
+        return Task._meta.get_field(field or key).get_default()
     try:
         value = parse(limits[key])
     except (TypeError, ValueError) as exc:
@@ -314,13 +315,13 @@ def read_task_dir(directory: Path, **options) -> dict:
         "check_files": check_files,
         "check_file_paths": check_paths,
         "reference_patch": reference,
-        "agent_timeout": _limit(limits, "agent_timeout", parse_seconds, 600.0),
-        "check_timeout": _limit(limits, "check_timeout", parse_seconds, 600.0),
-        "setup_timeout": _limit(limits, "setup_timeout", parse_seconds, 600.0),
-        "cpus": _limit(limits, "cpus", float, 1.0),
-        "memory_bytes": _limit(limits, "memory", parse_bytes, 1024**3),
-        "pids_limit": _limit(limits, "pids", int, 512),
-        "network": _limit(limits, "network", _parse_bool, False),
+        "agent_timeout": _limit(limits, "agent_timeout", parse_seconds),
+        "check_timeout": _limit(limits, "check_timeout", parse_seconds),
+        "setup_timeout": _limit(limits, "setup_timeout", parse_seconds),
+        "cpus": _limit(limits, "cpus", float),
+        "memory_bytes": _limit(limits, "memory", parse_bytes, field="memory_bytes"),
+        "pids_limit": _limit(limits, "pids", int, field="pids_limit"),
+        "network": _limit(limits, "network", _parse_bool),
         "source_dir": str(directory),
     }
     if built.get("build_log") or not built:  # a log of a build now; none for a named image
