@@ -30,7 +30,8 @@ OTHER = {"tests/test_other.py": "def test_other():\n    pass\n"}
 # give its own code anywhere in the tree (they are not the check's test folders, so nothing
 # resets them).
 
-SKIP_FROM_TESTING_FOLDER = (
+# A helper package of the agent's, outside the test folders, whose function skips.
+NATIVE_HELPER = (
     write("helpers/__init__.py", "")
     + write("helpers/testing/__init__.py", "")
     + write(
@@ -38,12 +39,12 @@ SKIP_FROM_TESTING_FOLDER = (
         "import unittest\n\n\ndef require_native():\n"
         '    raise unittest.SkipTest("needs the native build")\n',
     )
-    + write(
-        "calc.py",
-        "from helpers.testing.platform import require_native\n\n\n"
-        "def add(a, b):\n    require_native()\n    return a - b\n\n\n"
-        "def one():\n    return 1\n",
-    )
+)
+SKIP_FROM_TESTING_FOLDER = NATIVE_HELPER + write(
+    "calc.py",
+    "from helpers.testing.platform import require_native\n\n\n"
+    "def add(a, b):\n    require_native()\n    return a - b\n\n\n"
+    "def one():\n    return 1\n",
 )
 # A module named test_*.py outside the test folders: the scan reads it as a test module, where
 # `import pytest` is ordinary, and the witness reads it as a test file.
@@ -130,18 +131,9 @@ COLLECT_SKIP_HIDDEN = write(
     "import unittest\n\n__tracebackhide__ = True\n"
     'raise unittest.SkipTest("calc needs the native build")\n\n' + BUGGY,
 )
-COLLECT_SKIP_TESTING_FOLDER = (
-    write("helpers/__init__.py", "")
-    + write("helpers/testing/__init__.py", "")
-    + write(
-        "helpers/testing/platform.py",
-        "import unittest\n\n\ndef require_native():\n"
-        '    raise unittest.SkipTest("needs the native build")\n',
-    )
-    + write(
-        "calc.py",
-        "from helpers.testing.platform import require_native\n\nrequire_native()\n\n" + BUGGY,
-    )
+COLLECT_SKIP_TESTING_FOLDER = NATIVE_HELPER + write(
+    "calc.py",
+    "from helpers.testing.platform import require_native\n\nrequire_native()\n\n" + BUGGY,
 )
 
 
@@ -190,19 +182,10 @@ FORGE = textwrap.dedent(
         os.close(_fd)
     """
 )
-FORGE_AND_SKIP = (
-    write("helpers/__init__.py", "")
-    + write("helpers/testing/__init__.py", "")
-    + write(
-        "helpers/testing/platform.py",
-        "import unittest\n\n\ndef require_native():\n"
-        '    raise unittest.SkipTest("needs the native build")\n',
-    )
-    + write(
-        "calc.py",
-        FORGE + "\n\nfrom helpers.testing.platform import require_native  # noqa: E402\n\n"
-        "require_native()\n\n" + BUGGY,
-    )
+FORGE_AND_SKIP = NATIVE_HELPER + write(
+    "calc.py",
+    FORGE + "\n\nfrom helpers.testing.platform import require_native  # noqa: E402\n\n"
+    "require_native()\n\n" + BUGGY,
 )
 
 
