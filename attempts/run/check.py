@@ -654,26 +654,30 @@ class Check:
     ) -> CheckResult:
         requested_by = self.requested_by
         junit = next((data for _, data in scoring.junit_files(files or {})), b"")
+        # What the check found, kept on its record and said on the timeline alike.
+        found = {
+            "passed": score.passed,
+            "score": score.score,
+            "source": score.source,
+            "mode": mode,
+            "summary": score.summary,
+            "problem": score.problem,
+            "verifier_error": bool(score.error),
+            "ignored_reward_files": score.ignored_reward_files,
+            "timed_out": run.result.timed_out,
+            "tests_total": score.tests_counted,
+            "tests_passed": score.tests_passed,
+        }
         with transaction.atomic():
             result = CheckResult.objects.create(
                 attempt=self.attempt,
-                passed=score.passed,
-                score=score.score,
-                source=score.source,
-                mode=mode,
-                summary=score.summary,
-                problem=score.problem,
-                verifier_error=bool(score.error),
-                ignored_reward_files=score.ignored_reward_files,
+                **found,
                 exit_code=run.result.exit_code,
-                timed_out=run.result.timed_out,
                 duration=run.result.duration,
                 output=run.text(),
                 output_truncated=run.truncated,
                 junit_xml=junit.decode("utf-8", errors="replace"),
                 reward=score.reward,
-                tests_total=score.tests_counted,
-                tests_passed=score.tests_passed,
                 requested_by=requested_by,
             )
             TestOutcome.objects.bulk_create(
@@ -700,21 +704,7 @@ class Check:
                     tamper["verifier_tools"] = score.verifier_tools[:200]
                 update_attempt(self.attempt, tamper=tamper)
         self.timeline.add(
-            EventKind.CHECK,
-            flipped=flipped[:100],
-            passed=score.passed,
-            score=score.score,
-            source=score.source,
-            mode=mode,
-            summary=score.summary,
-            problem=score.problem,
-            verifier_error=bool(score.error),
-            tests_passed=score.tests_passed,
-            tests_total=score.tests_counted,
-            notes=score.notes,
-            ignored_reward_files=score.ignored_reward_files,
-            timed_out=run.result.timed_out,
-            check=result.pk,
+            EventKind.CHECK, flipped=flipped[:100], **found, notes=score.notes, check=result.pk
         )
         return result
 
