@@ -141,6 +141,7 @@ class TaskAdmin(admin.ModelAdmin):
                     "check_timeout",
                     "cpus",
                     "memory",
+                    "disk",
                     "pids_limit",
                     "network",
                 ]

@@ -84,6 +84,12 @@ class Task(models.Model):
     cpus = models.FloatField(default=1.0)
     memory_bytes = models.BigIntegerField(default=1024**3)
     pids_limit = models.PositiveIntegerField(default=512)
+    disk_bytes = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="What the sandbox may write, /tmp and every other folder included; "
+        "empty: BOLTZ_DISK_LIMIT.",
+    )
     network = models.BooleanField(default=False, help_text="Off by default: network_mode=none.")
 
     source_dir = models.CharField(max_length=1000, blank=True, help_text="Loaded from this folder.")
@@ -248,6 +254,12 @@ class Task(models.Model):
         ]
         expected = f"{', '.join(others)} or {last}" if others else last
         raise TaskInvalid(field or name, f"{value!r}: expected {expected}")
+
+    @property
+    def disk_limit(self) -> int:
+        """Bytes a sandbox of this task may write (0: no limit): the task's own, else
+        BOLTZ_DISK_LIMIT."""
+        return self.disk_bytes or settings.BOLTZ_DISK_LIMIT
 
     @property
     def checks_in_place(self) -> bool:
@@ -418,6 +430,10 @@ class Attempt(models.Model):
     )
     exec_count = models.PositiveIntegerField(
         default=0, help_text="Commands run so far: every exec takes the next number."
+    )
+    raw_output_bytes = models.BigIntegerField(
+        default=0,
+        help_text="Bytes of raw command output kept so far, within BOLTZ_RAW_OUTPUT_BUDGET.",
     )
     timings = models.JSONField(default=dict, blank=True, help_text="Seconds per stage.")
     # An episode of a pool's environment: which pool and environment, its steps, how it ended.

@@ -165,6 +165,14 @@ BOLTZ_DEBIAN_MIRROR = env_str("BOLTZ_DEBIAN_MIRROR", "http://deb.debian.org/debi
 BOLTZ_OUTPUT_HEAD_BYTES = env_bytes("BOLTZ_OUTPUT_HEAD_BYTES", "32k")
 BOLTZ_OUTPUT_TAIL_BYTES = env_bytes("BOLTZ_OUTPUT_TAIL_BYTES", "32k")
 BOLTZ_MAX_RAW_OUTPUT_BYTES = env_bytes("BOLTZ_MAX_RAW_OUTPUT_BYTES", "256m")
+# Raw output kept per attempt, all its commands together (their heads and tails always are).
+BOLTZ_RAW_OUTPUT_BUDGET = env_bytes("BOLTZ_RAW_OUTPUT_BUDGET", "512m")
+# What one sandbox may write (its writable layer: /workspace, /tmp, everywhere), enforced by
+# Docker (`--storage-opt size`) where its storage driver can; a task may set its own. 0: none.
+BOLTZ_DISK_LIMIT = env_bytes("BOLTZ_DISK_LIMIT", "2g")
+# The OCI runtime sandboxes run under: Docker's default (runc) when empty; "runsc" for
+# gVisor, a kernel of its own between the agent and the host's (docs/RELIABILITY.md).
+BOLTZ_RUNTIME = env_str("BOLTZ_RUNTIME", "")
 BOLTZ_MAX_DIFF_BYTES = env_bytes("BOLTZ_MAX_DIFF_BYTES", "32m")
 BOLTZ_DOCKER_RETRIES = env_int("BOLTZ_DOCKER_RETRIES", 3, minimum=0)
 BOLTZ_DOCKER_RETRY_DELAY = env_seconds("BOLTZ_DOCKER_RETRY_DELAY", "10")

@@ -56,7 +56,10 @@ wait_for() {  # wait_for DESCRIPTION COMMAND...
 
 case "${1:-start}" in
   install)
-    apt_install dockerd:docker.io redis-server:redis-server debootstrap:debootstrap git:git
+    apt_install dockerd:docker.io redis-server:redis-server debootstrap:debootstrap git:git \
+      mkfs.btrfs:btrfs-progs
+    # gVisor's runsc, offered to sandboxes as BOLTZ_RUNTIME=runsc (optional: Debian has it).
+    apt_install runsc:runsc || echo "boltz: runsc is not available; BOLTZ_RUNTIME=runsc will not work" >&2
     # Boltz's own tools in every sandbox (its init's sleep, its exec wrapper and scripts) are
     # Debian's static busybox, mounted read-only: the dynamically linked `busybox` won't do.
     if command -v dpkg >/dev/null 2>&1; then
@@ -103,7 +106,43 @@ case "${1:-start}" in
       echo "boltz: starting dockerd"
       # No bridge and no iptables: sandboxes run with network_mode=none and no
       # private-range interface is created on this host.
-      $SUDO sh -c 'nohup dockerd --bridge=none --iptables=false >/var/log/boltz-dockerd.log 2>&1 &'
+      args="--bridge=none --iptables=false"
+      # Docker keeps its containers on a btrfs file system of their own (a file on this disk,
+      # mounted by loop) with quotas on, so that each sandbox's disk limit is enforced by the
+      # kernel (`--storage-opt size`; overlay2 can only do this on XFS with project quotas)
+      # and Docker as a whole can never fill this host's disk. BOLTZ_DOCKER_BTRFS=0 keeps
+      # Docker's own default; sandboxes then run without a disk limit (the worker says so).
+      if [ "${BOLTZ_DOCKER_BTRFS:-1}" != 0 ]; then
+        root=/var/lib/boltz-docker
+        file=${BOLTZ_DOCKER_DISK_FILE:-/var/lib/boltz-docker.btrfs}
+        if ! mountpoint -q "$root"; then
+          if [ ! -f "$file" ]; then
+            # Sized once, at 3/4 of the disk's free space (or BOLTZ_DOCKER_DISK_GB); sparse.
+            free_gb=$(df --output=avail -BG "$(dirname "$file")" | tail -1 | tr -dc 0-9)
+            size_gb=${BOLTZ_DOCKER_DISK_GB:-$((free_gb * 3 / 4))}
+            echo "boltz: making a ${size_gb} GB btrfs file system for Docker at $file"
+            $SUDO truncate -s "${size_gb}G" "$file"
+            $SUDO mkfs.btrfs -q "$file" >/dev/null
+          fi
+          $SUDO mkdir -p "$root"
+          $SUDO mount -o loop "$file" "$root"
+          # Simple quotas (Linux 6.7+; Debian 12's btrfs-progs cannot ask for them, hence
+          # the ioctl): each container's own writes are counted, so a container starts and
+          # goes in a second, where full quota groups take half a minute per container.
+          $SUDO python3 - "$root" <<'PY' || echo "boltz: no simple quotas here (Linux 6.7+ has them): sandboxes run without a disk limit" >&2
+import fcntl, os, struct, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+mode = os.path.join("/sys/fs/btrfs", os.popen(f"btrfs filesystem show {sys.argv[1]}").read().split("uuid: ")[1].split()[0], "qgroups", "mode")
+if not os.path.exists(mode) or open(mode).read().strip() != "squota":
+    if os.path.exists(mode):
+        fcntl.ioctl(fd, 0xC0109428, struct.pack("QQ", 2, 0))  # BTRFS_QUOTA_CTL_DISABLE
+    fcntl.ioctl(fd, 0xC0109428, struct.pack("QQ", 4, 0))  # ..._ENABLE_SIMPLE_QUOTA
+PY
+        fi
+        args="$args --data-root=$root --storage-driver=btrfs"
+      fi
+      if command -v runsc >/dev/null 2>&1; then args="$args --add-runtime=runsc=$(command -v runsc)"; fi
+      $SUDO sh -c "nohup dockerd $args >/var/log/boltz-dockerd.log 2>&1 &"
       wait_for "dockerd (see /var/log/boltz-dockerd.log)" docker info
     fi
     if ! redis-cli -h 127.0.0.1 ping >/dev/null 2>&1; then

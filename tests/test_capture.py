@@ -2,7 +2,7 @@
 
 import io
 
-from attempts.core.capture import StreamCapture
+from attempts.core.capture import RawBudget, StreamCapture
 
 
 def capture(**kw):
@@ -73,3 +73,19 @@ def test_raw_file_is_capped_but_the_count_stays_honest():
     assert raw.getvalue() == b"01234"
     s = cap.summary()
     assert (s["bytes"], s["raw_bytes"], s["raw_truncated"]) == (10, 5, True)
+
+
+def test_the_streams_of_a_command_share_what_is_left_of_the_attempts_raw_budget():
+    budget = RawBudget(15)
+    out, out_raw = capture(raw=10)
+    out.raw_budget = budget
+    err = StreamCapture(
+        head_limit=10, tail_limit=10, raw_file=io.BytesIO(), raw_limit=10, raw_budget=budget
+    )
+    out.feed(b"a" * 8)
+    err.feed(b"b" * 12)  # its own limit would keep 10; the budget has 7 left
+    out.feed(b"c" * 8)  # out's own limit has 2 left, the budget none
+    assert (out.raw_bytes, err.raw_bytes, budget.left) == (8, 7, 0)
+    assert out_raw.getvalue() == b"a" * 8
+    assert out.raw_truncated and err.raw_truncated
+    assert (out.total_bytes, err.total_bytes) == (16, 12)  # counted whatever is kept

@@ -69,8 +69,8 @@ def test_a_dockerfile_task_is_built_once_from_a_mapped_base_and_keeps_harbor_lay
     assert "created csv-sum" in out and "  build: Step 1/5 : FROM boltz-sandbox:bookworm" in out
     assert "base image mapped: FROM python:3.12-slim-bookworm -> boltz-sandbox:bookworm" in out
     assert "ignored metadata.author_name: informational" in out
-    assert "ignored environment.storage" in out
     task = Task.objects.get(slug="csv-sum")
+    assert task.disk_bytes == 2 * 1024**3  # [environment] storage = "2G"
     assert task.image.startswith("boltz-task:") and task.build_context
     assert "Successfully tagged " + task.image in task.build_log
     assert (task.layout, task.workdir, task.agent_user, task.check_user) == (

@@ -18,6 +18,19 @@ def _trim_partial_start(data: bytes) -> bytes:
     return data[cut:]
 
 
+class RawBudget:
+    """Bytes of raw output an attempt may still keep, shared by the streams of a command."""
+
+    def __init__(self, left: int):
+        self.left = max(left, 0)
+
+    def take(self, wanted: int) -> int:
+        """How many of `wanted` bytes may be kept (and are now spent)."""
+        granted = min(wanted, self.left)
+        self.left -= granted
+        return granted
+
+
 class StreamCapture:
     """Captures one output stream (stdout or stderr) of one command."""
 
@@ -28,6 +41,7 @@ class StreamCapture:
         tail_limit: int,
         raw_file: BinaryIO | None = None,
         raw_limit: int = 0,
+        raw_budget: RawBudget | None = None,
         recent_limit: int = 0,
     ):
         self.head_limit = head_limit
@@ -35,7 +49,8 @@ class StreamCapture:
         self._recent = bytearray()
         self.tail_limit = tail_limit
         self.raw_file = raw_file
-        self.raw_limit = raw_limit
+        self.raw_limit = raw_limit  # of this stream
+        self.raw_budget = raw_budget  # of the attempt, all its commands' streams together
         self.total_bytes = 0
         self.raw_bytes = 0
         self._head = bytearray()
@@ -51,9 +66,12 @@ class StreamCapture:
             return ""
         self.total_bytes += len(data)
         if self.raw_file is not None and self.raw_bytes < self.raw_limit:
-            keep = data[: self.raw_limit - self.raw_bytes]
-            self.raw_file.write(keep)
-            self.raw_bytes += len(keep)
+            room = min(len(data), self.raw_limit - self.raw_bytes)
+            if self.raw_budget is not None:
+                room = self.raw_budget.take(room)
+            if room:
+                self.raw_file.write(data[:room])
+                self.raw_bytes += room
         if self.valid_utf8:
             try:
                 self._strict.decode(data)

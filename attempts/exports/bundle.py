@@ -117,6 +117,7 @@ def task_record(task) -> dict:
             "check_timeout": task.check_timeout,
             "cpus": task.cpus,
             "memory_bytes": task.memory_bytes,
+            "disk_bytes": task.disk_limit,
             "pids": task.pids_limit,
             "network": task.network,
         },

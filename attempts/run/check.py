@@ -46,7 +46,8 @@ MAX_CHECK_FILE = 8 * 1024 * 1024
 WITNESS_PLUGIN = (Path(__file__).parent / "docker" / "pytest_witness.py").read_bytes()
 
 
-def memory_text(size: int) -> str:
+def limit_text(size: int) -> str:
+    """A memory or disk limit in words: '2 GB', '512 MB'."""
     return f"{size / 2**30:g} GB" if size >= 2**30 else f"{size // 2**20} MB"
 
 
@@ -628,7 +629,7 @@ class Check:
             score.score, score.reward = 0.0, None
         score.verifier_tools = repaired.report if repaired else []
         if ooms is not None and after is not None and after > ooms and not score.passed:
-            limit = memory_text(task.memory_bytes)
+            limit = limit_text(task.memory_bytes)
             score.summary = f"the check was killed: out of memory ({limit} limit); {score.summary}"
         return self._save_check(mode=mode, run=run, score=score, files=files)
 

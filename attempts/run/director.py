@@ -56,10 +56,11 @@ from attempts.models import (
 )
 from attempts.run import diagnosis, harbor_layout
 from attempts.run.changes import ChangesUnavailable
-from attempts.run.check import Check, memory_text
+from attempts.run.check import Check, limit_text
 from attempts.run.docker.runtime import (
     Sandbox,
     SandboxSpec,
+    disk_limit_refusal,
     image_exists,
     remove_attempt_containers,
 )
@@ -77,8 +78,23 @@ BOLTZ_DIR = "/tmp/boltz"
 NETWORK_REFUSED = f"the task needs network, and {NETWORK_TASKS_OFF}"
 
 
-def sandbox_spec(attempt: Attempt, role: str) -> SandboxSpec:
-    """The container of an attempt: its own (role "agent") or its check's (role "check")."""
+# How close to its disk quota a sandbox ends for it to have filled it: the last write that
+# failed for want of room may have wanted up to this much more.
+DISK_FULL_MARGIN = 4 * 1024 * 1024
+
+
+def disk_note(limit: int) -> str:
+    """What a sandbox's disk is limited to, as its timeline says when it is created."""
+    if not limit:
+        return "disk not limited: BOLTZ_DISK_LIMIT=0"
+    refusal = disk_limit_refusal()
+    return f"disk not limited: {refusal}" if refusal else f"disk up to {limit_text(limit)}"
+
+
+def sandbox_spec(attempt: Attempt, role: str, *, base_bytes: int = 0) -> SandboxSpec:
+    """The container of an attempt: its own (role "agent") or its check's (role "check").
+    `base_bytes`: what Boltz itself puts in it beside its image (the task's repository), which
+    its disk limit does not count."""
     task = attempt.task
     if task.network and not settings.BOLTZ_ALLOW_NETWORK_TASKS:
         raise TaskInvalid("network", NETWORK_REFUSED)
@@ -97,6 +113,7 @@ def sandbox_spec(attempt: Attempt, role: str) -> SandboxSpec:
         role=role,
         workdir=task.workdir or "/workspace",
         root_allowed=task.allow_root,
+        disk_bytes=task.disk_limit + base_bytes if task.disk_limit else 0,
     )
 
 
@@ -201,6 +218,8 @@ class AttemptRunner:
         self.timings: dict[str, float] = {}
         self.rechecking = rechecking
         self.agent_oom = ""  # why the work was cut short for memory, if it was
+        self.agent_disk = ""  # that the work filled its disk, if it did
+        self.base_bytes = 0  # the task's files Boltz put in the sandbox (not the agent's disk)
         self.agent_cause = ""  # an environment problem the agent's failing step ran into
 
     # --- bookkeeping -------------------------------------------------------------------------
@@ -245,7 +264,7 @@ class AttemptRunner:
         return True
 
     def note_oom(self, what: str) -> None:
-        self.agent_oom = f"{what}: out of memory ({memory_text(self.task.memory_bytes)} limit)"
+        self.agent_oom = f"{what}: out of memory ({limit_text(self.task.memory_bytes)} limit)"
         self.timeline.add(EventKind.ERROR, actor=Actor.AGENT, message=self.agent_oom)
 
     # --- stages ------------------------------------------------------------------------------
@@ -284,13 +303,15 @@ class AttemptRunner:
 
     def start(self) -> None:
         task = self.task
-        spec = sandbox_spec(self.attempt, "agent")
+        archive = None if task.layout == Layout.HARBOR else self.trees.workspace_archive()
+        self.base_bytes = archive.stat().st_size if archive else 0
+        spec = sandbox_spec(self.attempt, "agent", base_bytes=self.base_bytes)
         self.build_image()
         self.timeline.add(
             EventKind.LIFECYCLE,
             status=Status.STARTING,
             host=settings.BOLTZ_HOST,
-            message=f"creating a sandbox from {task.image_name}",
+            message=f"creating a sandbox from {task.image_name} ({disk_note(task.disk_limit)})",
         )
         session = self.open_session(Sandbox.create(spec))
         update_attempt(
@@ -309,7 +330,6 @@ class AttemptRunner:
                 "/tests only for the check"
             )
         else:
-            archive = self.trees.workspace_archive()
             with archive.open("rb") as handle:
                 session.put_archive(handle)
             message = (
@@ -335,9 +355,19 @@ class AttemptRunner:
             Status.CHECKING, "ending every process of the agent's, then recording its changes"
         )
         self.session.halt()
+        self.note_disk()
+
+    def note_disk(self) -> None:
+        """Did the work fill the sandbox's disk? Noted (as the agent's) when it wrote up to
+        its limit, so that a failure it brought says why."""
+        limit = self.task.disk_limit
+        usage = self.session.disk_usage() if limit else None
+        if usage is not None and usage[0] >= usage[1] - DISK_FULL_MARGIN:
+            self.agent_disk = f"disk limit of {limit_text(limit)} reached"
+            self.timeline.add(EventKind.ERROR, actor=Actor.AGENT, message=self.agent_disk)
 
     def check(self, *, requested_by: str = "") -> CheckResult:
-        spec = lambda role: sandbox_spec(self.attempt, role)  # noqa: E731
+        spec = lambda role: sandbox_spec(self.attempt, role, base_bytes=self.base_bytes)  # noqa: E731
         return Check(self.session, self.trees, spec=spec, requested_by=requested_by).run()
 
     def keep_sandbox(self) -> None:
@@ -464,7 +494,7 @@ class AttemptRunner:
                 if has_check(self.task)
                 else "closed (a sandbox from an image has no check)"
             )
-            return "", "; ".join(n for n in (closed, self.agent_oom) if n), None
+            return "", "; ".join(n for n in (closed, self.agent_oom, self.agent_disk) if n), None
         if agent is not None and agent.result.timed_out:
             limit = self.task.agent_timeout
             reason = f"the agent ran past its {limit:g}s limit and was killed"
@@ -478,7 +508,7 @@ class AttemptRunner:
         outcome, reason = verdict_of(self.task, last)
         if outcome == Outcome.FAILED:
             # Why, in words, when the environment explains it: the agent's own step first.
-            notes = [n for n in (reason, self.agent_oom, self.agent_cause) if n]
+            notes = [n for n in (reason, self.agent_oom, self.agent_disk, self.agent_cause) if n]
             reason = "; ".join(dict.fromkeys(notes))
         return outcome, reason, last.score
 

@@ -24,7 +24,7 @@ from django.core.files.storage import default_storage
 from django.db import transaction
 from django.db.models import F
 
-from attempts.core.capture import StreamCapture
+from attempts.core.capture import RawBudget, StreamCapture
 from attempts.core.errors import AttemptGone, AttemptStopped, TaskInvalid
 from attempts.core.redaction import Redactor, redactable
 from attempts.core.timeline import Timeline, clip
@@ -96,6 +96,12 @@ def files_tar(
 def nul_list(paths: list[str]) -> bytes:
     """Paths as a NUL-separated list (for `xargs -0` in the sandbox)."""
     return b"".join(p.encode("utf-8", errors="surrogateescape") + b"\0" for p in paths)
+
+
+def raw_output_kept(attempt_id: int) -> int:
+    """Bytes of raw output the attempt's commands have kept so far (BOLTZ_RAW_OUTPUT_BUDGET)."""
+    row = Attempt.objects.filter(pk=attempt_id).values_list("raw_output_bytes", flat=True)
+    return row.first() or 0
 
 
 def next_exec_number(attempt_id: int) -> int:
@@ -227,6 +233,7 @@ class SandboxSession:
             )
         head = settings.BOLTZ_OUTPUT_HEAD_BYTES if head_limit is None else head_limit
         tail = settings.BOLTZ_OUTPUT_TAIL_BYTES if tail_limit is None else tail_limit
+        budget = RawBudget(settings.BOLTZ_RAW_OUTPUT_BUDGET - raw_output_kept(self.attempt.pk))
         with tempfile.TemporaryFile() as raw_out, tempfile.TemporaryFile() as raw_err:
             captures = {
                 stream: StreamCapture(
@@ -234,6 +241,7 @@ class SandboxSession:
                     tail_limit=tail,
                     raw_file=raw,
                     raw_limit=settings.BOLTZ_MAX_RAW_OUTPUT_BYTES,
+                    raw_budget=budget,
                     recent_limit=LIVE_TAIL_BYTES if live else 0,
                 )
                 for stream, raw in (("stdout", raw_out), ("stderr", raw_err))
@@ -327,8 +335,13 @@ class SandboxSession:
             if stream_output:
                 flush()
             raw_names = {}
+            kept = sum(c.raw_bytes for c in captures.values())
+            if kept:
+                Attempt.objects.filter(pk=self.attempt.pk).update(
+                    raw_output_bytes=F("raw_output_bytes") + kept
+                )
             for stream, handle in (("stdout", raw_out), ("stderr", raw_err)):
-                if captures[stream].total_bytes:
+                if captures[stream].raw_bytes:
                     handle.seek(0)
                     raw_names[stream] = default_storage.save(
                         self.storage_name(f"outputs/{number:03d}-{step}.{stream}"), File(handle)
@@ -427,6 +440,9 @@ class SandboxSession:
     def ensure_running(self) -> None:
         """SandboxGone, saying why, unless the sandbox's container is running."""
         self.sandbox.ensure_running()
+
+    def disk_usage(self) -> tuple[int, int] | None:
+        return self.sandbox.disk_usage()
 
     def oom_kills(self) -> int | None:
         return self.sandbox.oom_kills()

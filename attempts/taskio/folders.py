@@ -55,6 +55,7 @@ _LIMIT_KEYS = {
     "cpus",
     "memory",
     "pids",
+    "disk",
     "network",
 }
 
@@ -321,6 +322,7 @@ def read_task_dir(directory: Path, **options) -> dict:
         "cpus": _limit(limits, "cpus", float),
         "memory_bytes": _limit(limits, "memory", parse_bytes, field="memory_bytes"),
         "pids_limit": _limit(limits, "pids", int, field="pids_limit"),
+        "disk_bytes": _limit(limits, "disk", parse_bytes, field="disk_bytes"),
         "network": _limit(limits, "network", _parse_bool),
         "source_dir": str(directory),
     }

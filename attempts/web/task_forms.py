@@ -80,6 +80,11 @@ class TaskAdminForm(forms.ModelForm):
     )
     reference_upload = forms.FileField(required=False, label="Reference patch file")
     memory = forms.CharField(initial="1g", help_text="Memory and swap, e.g. 512m, 2g.")
+    disk = forms.CharField(
+        required=False,
+        help_text="What the sandbox may write, /tmp included, e.g. 500m, 4g; empty: "
+        "BOLTZ_DISK_LIMIT.",
+    )
     protected = forms.CharField(
         required=False,
         label="Protected paths",
@@ -149,6 +154,8 @@ class TaskAdminForm(forms.ModelForm):
             self.fields["protected"].initial = "\n".join(self.instance.protected_paths)
             self.fields["rebuild_globs"].initial = "\n".join(self.instance.rebuild_outputs)
             self.fields["memory"].initial = f"{self.instance.memory_bytes // (1024 * 1024)}m"
+            if self.instance.disk_bytes:
+                self.fields["disk"].initial = f"{self.instance.disk_bytes // (1024 * 1024)}m"
             paths = self.instance.check_file_paths
             self.fields["check_uploads"].help_text += (
                 f" Now: {', '.join(paths)}." if paths else " Now: none."
@@ -163,6 +170,17 @@ class TaskAdminForm(forms.ModelForm):
     def clean_memory(self):
         try:
             value = parse_bytes(self.cleaned_data["memory"])
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+        if value < 16 * 1024 * 1024:
+            raise forms.ValidationError("give at least 16m")
+        return value
+
+    def clean_disk(self):
+        if not self.cleaned_data["disk"].strip():
+            return None
+        try:
+            value = parse_bytes(self.cleaned_data["disk"].strip())
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from None
         if value < 16 * 1024 * 1024:
@@ -316,6 +334,7 @@ class TaskAdminForm(forms.ModelForm):
         task.repo_url = data["repo_url"]
         task.base_commit = data["base_commit"]
         task.memory_bytes = data["memory"]
+        task.disk_bytes = data.get("disk")
         task.protected_paths = data.get("protected", [])
         task.rebuild_outputs = data.get("rebuild_globs", [])
         if "check_files" in data:

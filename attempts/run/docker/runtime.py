@@ -12,11 +12,13 @@ import io
 import logging
 import queue
 import re
+import subprocess
 import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import docker
 import docker.errors
@@ -262,6 +264,68 @@ def inspect_container(container_id: str) -> dict | None:
         return None
 
 
+@functools.cache
+@docker_call
+def disk_limit_refusal() -> str:
+    """Why this host's Docker cannot hold a sandbox to a disk limit ("" when it can). Docker's
+    `--storage-opt size` counts what a container writes where its storage driver is btrfs
+    with simple quotas (scripts/services.sh starts Docker so), or overlay2 on XFS mounted
+    with project quotas (Docker refuses to create the container where that mount option is
+    missing)."""
+    info = client().info()
+    driver = info.get("Driver", "")
+    backing = dict(info.get("DriverStatus") or []).get("Backing Filesystem", "")
+    if driver == "overlay2" and backing == "xfs":
+        return ""
+    if driver == "btrfs":
+        mode = _btrfs_quota_mode(info.get("DockerRootDir", ""))
+        if mode == "squota":
+            return ""
+        return (
+            f"Docker's btrfs file system has {'full quota groups' if mode else 'no quotas'}, "
+            "not the simple quotas that limit a container's disk at little cost (scripts/"
+            "services.sh starts Docker with them)"
+        )
+    return (
+        f"Docker's storage driver here ({driver} on {backing or 'an unknown file system'}) "
+        "cannot limit a container's disk; scripts/services.sh starts Docker on btrfs, which can"
+    )
+
+
+def _btrfs_quota_mode(path: str) -> str:
+    """The quota mode of the btrfs file system holding `path`: "squota", "qgroup" or ""."""
+    try:
+        shown = subprocess.run(
+            ["btrfs", "filesystem", "show", path],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+        uuid = re.search(r"uuid: ([0-9a-f-]+)", shown).group(1)
+        return Path("/sys/fs/btrfs", uuid, "qgroups", "mode").read_text().strip()
+    except (OSError, subprocess.SubprocessError, AttributeError):
+        return ""
+
+
+@functools.cache
+@docker_call
+def _docker_root() -> str:
+    """Docker's data folder, where its btrfs storage driver keeps containers' quota groups
+    ("" for any other driver)."""
+    info = client().info()
+    return info.get("DockerRootDir", "") if info.get("Driver") == "btrfs" else ""
+
+
+def _storage_opt(disk_bytes: int) -> dict[str, str] | None:
+    """Docker's `--storage-opt size` for a container that may write `disk_bytes` (what it
+    writes is counted, not its image's files). None for no limit, or where this Docker
+    cannot enforce one."""
+    if not disk_bytes or disk_limit_refusal():
+        return None
+    return {"size": str(disk_bytes)}
+
+
 @dataclass(frozen=True)
 class SandboxSpec:
     """Everything needed to create one attempt's container."""
@@ -279,6 +343,8 @@ class SandboxSpec:
     # Commands may run as root (the task says so): the init then runs as INIT_UID.
     root_allowed: bool = False
     capabilities: tuple[str, ...] = ()
+    # Bytes the container may write beyond its image (0: no limit); see disk_limit_refusal.
+    disk_bytes: int = 0
 
     @property
     def name(self) -> str:
@@ -342,6 +408,8 @@ class Sandbox:
             memswap_limit=spec.memory_bytes,
             nano_cpus=int(spec.cpus * 1e9),
             pids_limit=spec.pids_limit,
+            storage_opt=_storage_opt(spec.disk_bytes),
+            runtime=settings.BOLTZ_RUNTIME or None,
             init=True,
             labels={**container_labels(spec.attempt_id), LABEL_ROLE: spec.role},
             detach=True,
@@ -390,6 +458,32 @@ class Sandbox:
             return None
         found = _OOM_KILL.search(output)
         return int(found.group(1)) if found else None
+
+    @docker_call
+    def disk_usage(self) -> tuple[int, int] | None:
+        """(bytes held, bytes allowed) by the container's disk quota, read from the btrfs
+        quota group Docker gave it (instant, where Docker's own SizeRw walks every file);
+        None where there is none or it cannot be read from here."""
+        root = _docker_root()
+        if not root:
+            return None
+        mounts = Path(root, "image", "btrfs", "layerdb", "mounts", self.id, "mount-id")
+        try:
+            subvolume = Path(root, "btrfs", "subvolumes", mounts.read_text().strip())
+            shown = subprocess.run(
+                ["btrfs", "qgroup", "show", "-reF", "--raw", str(subvolume)],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+        for line in shown.splitlines():  # qgroupid referenced exclusive max_rfer max_excl path
+            fields = line.split()
+            if len(fields) >= 4 and fields[0].startswith("0/") and fields[3].isdigit():
+                return int(fields[1]), int(fields[3])
+        return None
 
     @docker_call
     def changed_paths(self) -> list[tuple[str, str]]:

@@ -80,11 +80,6 @@ def task_values(
 ) -> dict:
     spec = read_spec(path)
     notes.extend(f"ignored {line}" for line in spec.ignored)
-    if spec.storage_bytes:
-        notes.append(
-            "ignored environment.storage: Docker here cannot cap a container's disk "
-            "(it needs project quotas), so the sandbox's disk is not limited"
-        )
     instruction = (path / "instruction.md").read_text().strip()
     if not instruction:
         raise TaskInvalid("instruction.md", "is empty")
@@ -121,6 +116,7 @@ def task_values(
         "check_timeout": spec.verifier_timeout,
         "cpus": spec.cpus,
         "memory_bytes": spec.memory_bytes,
+        "disk_bytes": spec.storage_bytes or None,
         "network": spec.network,
         "allow_root": True,
         "source_dir": f"harbor:{path.resolve()}",

@@ -1,0 +1,103 @@
+"""Bounded resources per sandbox, on the real services: its disk (the writable layer, /tmp
+included), enforced by Docker's quota, and the raw output an attempt keeps."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import pytest
+from django.core.files.storage import default_storage
+
+from attempts.core.errors import TaskInvalid
+from attempts.models import EventKind, Outcome
+from attempts.run.docker import runtime
+from attempts.services.attempts import attempt_create
+from tests.conftest import run_worker, wait_finished
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]
+
+MB = 1024 * 1024
+# Writes 200 MB to /tmp, then to /workspace, then to /var/tmp, removing each, and says how far
+# each got; then fills /tmp and leaves it full.
+FILL = (
+    "for d in /tmp /workspace /var/tmp; do "
+    "dd if=/dev/zero of=$d/fill bs=1M count=200 2>&1 | tail -1; rm -f $d/fill; done; "
+    "dd if=/dev/zero of=/tmp/kept bs=1M count=200 2>&1 | tail -1; exit 1"
+)
+
+
+def test_a_sandbox_cannot_write_past_its_disk_limit_and_the_outcome_says_it_was_reached(
+    worker, load_example
+):
+    assert not runtime.disk_limit_refusal(), "this host's Docker must enforce disk limits"
+    task = load_example("fix-add", disk_bytes=64 * MB)
+    attempt = wait_finished([attempt_create(task=task, agent="command", command=FILL)])[0]
+    assert attempt.outcome == Outcome.FAILED, attempt.failure_reason
+    events = [(e.kind, e.data.get("message")) for e in attempt.events.order_by("seq")]
+    assert "disk limit of 64 MB reached" in attempt.failure_reason, events
+    created = [m for kind, m in events if m and m.startswith("creating a sandbox")]
+    assert created == [f"creating a sandbox from {task.image_name} (disk up to 64 MB)"]
+    end = attempt.events.get(kind=EventKind.EXEC, data__step="agent", data__phase="end")
+    out = end.data["stdout"]["head"]
+    copied = [int(n) for n in re.findall(r"^(\d+) bytes", out, re.M)]
+    # Each write stopped at the limit, in every folder; what one freed, the next could use.
+    assert len(copied) == 4 and all(60 * MB < n <= 64 * MB for n in copied), out
+    # What it holds now (kept for review): no more than its limit beyond the task's files.
+    used, allowed = runtime.Sandbox(attempt.container_id).disk_usage()
+    assert 64 * MB <= allowed < 65 * MB  # its limit, and the task's small repository
+    assert used <= allowed
+
+
+def test_an_honest_agent_under_a_disk_limit_is_unaffected(worker, load_example):
+    task = load_example("fix-add", disk_bytes=64 * MB)
+    attempt = wait_finished([attempt_create(task=task, agent="reference")])[0]
+    assert attempt.outcome == Outcome.PASSED, attempt.failure_reason
+    assert "disk limit" not in attempt.failure_reason
+
+
+def test_raw_output_is_kept_within_the_attempts_budget_across_its_commands(
+    django_db_setup, docker_ready, redis_ready, load_example
+):
+    queue = f"raw-{uuid.uuid4().hex[:8]}"
+    task = load_example("fix-add")
+    # Three commands print 1.5 MB each (stdout and stderr); the attempt keeps 2 MB of raw bytes.
+    loud = "head -c 1000000 /dev/zero; head -c 500000 /dev/zero >&2"
+    with run_worker(
+        queue=queue, host="raw-host", capacity=1, env={"BOLTZ_RAW_OUTPUT_BUDGET": "2m"}
+    ):
+        attempt = attempt_create(
+            task=task, agent="command", command=f"{loud}; {loud}; {loud}", queue=queue
+        )
+        attempt = wait_finished([attempt], timeout=120)[0]
+    assert attempt.raw_output_bytes <= 2 * MB
+    end = attempt.events.get(kind=EventKind.EXEC, data__step="agent", data__phase="end")
+    kept = sum(end.data[s]["raw_bytes"] for s in ("stdout", "stderr"))
+    assert kept == attempt.raw_output_bytes == 2 * MB  # every other command printed nothing
+    assert end.data["stdout"]["bytes"] == 3_000_000  # counted in full, whatever is kept
+    assert end.data["stdout"]["raw_truncated"] or end.data["stderr"]["raw_truncated"]
+    stored = sum(
+        default_storage.size(end.data[s]["raw"]) for s in ("stdout", "stderr") if end.data[s]["raw"]
+    )
+    assert stored == kept
+
+
+def test_a_task_folder_sets_its_disk_limit(task_dir):
+    from attempts.taskio.folders import load_task_dir
+
+    folder = task_dir("fix-add")
+    toml = folder / "task.toml"
+    toml.write_text(toml.read_text().replace("[limits]", '[limits]\ndisk = "4g"'))
+    task, _ = load_task_dir(folder)
+    assert task.disk_bytes == 4 * 1024**3 and task.disk_limit == 4 * 1024**3
+    toml.write_text(toml.read_text().replace('disk = "4g"', "disk = 0"))
+    with pytest.raises(TaskInvalid, match="limits.disk"):
+        load_task_dir(folder)
+
+
+def test_a_task_without_its_own_limit_has_the_settings(settings):
+    from attempts.models import Task
+
+    settings.BOLTZ_DISK_LIMIT = 3 * MB
+    assert Task(disk_bytes=None).disk_limit == 3 * MB
+    assert Task(disk_bytes=5 * MB).disk_limit == 5 * MB
