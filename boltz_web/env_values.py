@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 
@@ -11,6 +12,9 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$", re.IGNORECASE)
+_HOST_NAME = re.compile(r"^[a-z0-9_]([a-z0-9_.-]{0,251}[a-z0-9_])?$")
+
+HostOrNetwork = str | ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 def env_str(name: str, default: str) -> str:
@@ -64,6 +68,31 @@ def parse_seconds(raw: str | int | float) -> float:
     return float(match.group(1)) * factor
 
 
+def parse_hosts_and_networks(raw: str) -> tuple[HostOrNetwork, ...]:
+    """'hooks.internal, 10.0.0.0/8, 127.0.0.1, [::1]' -> host names (lower case, no final
+    dot) and networks (an address alone is a network of one)."""
+    found: list[HostOrNetwork] = []
+    for item in str(raw).split(","):
+        entry = item.strip()
+        if not entry:
+            continue
+        bare = entry[1:-1] if entry.startswith("[") and entry.endswith("]") else entry
+        try:
+            found.append(ipaddress.ip_network(bare, strict=False))
+            continue
+        except ValueError:
+            pass
+        name = entry.lower().rstrip(".")
+        numeric = re.fullmatch(r"0x[0-9a-f]*|[0-9]+", name.rsplit(".", 1)[-1])
+        if not _HOST_NAME.match(name) or ".." in name or numeric:
+            raise ValueError(
+                f"{entry!r} is neither a host name nor an IP address or network "
+                "(examples: hooks.internal, 10.0.0.0/8, 127.0.0.1, ::1)"
+            )
+        found.append(name)
+    return tuple(found)
+
+
 def _env_parsed(name: str, default: str, parse):
     raw = os.environ.get(name, default)
     try:
@@ -78,3 +107,7 @@ def env_bytes(name: str, default: str) -> int:
 
 def env_seconds(name: str, default: str) -> float:
     return _env_parsed(name, default, parse_seconds)
+
+
+def env_hosts_and_networks(name: str, default: str) -> tuple[HostOrNetwork, ...]:
+    return _env_parsed(name, default, parse_hosts_and_networks)

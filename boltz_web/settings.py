@@ -9,7 +9,14 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from boltz_web.env_values import env_bool, env_bytes, env_int, env_seconds, env_str
+from boltz_web.env_values import (
+    env_bool,
+    env_bytes,
+    env_hosts_and_networks,
+    env_int,
+    env_seconds,
+    env_str,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -225,5 +232,8 @@ CELERY_BEAT_SCHEDULE = {
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 BOLTZ_MAX_UPLOAD_BYTES = env_bytes("BOLTZ_MAX_UPLOAD_BYTES", "256m")
+# Callbacks go only to public internet addresses; these host names and networks (comma
+# separated: hooks.internal, 10.1.0.0/16, 127.0.0.1) may receive them too.
+BOLTZ_CALLBACK_ALLOW = env_hosts_and_networks("BOLTZ_CALLBACK_ALLOW", "")
 # Where SWE-bench imports find local clones of their repositories (owner__name folders).
 BOLTZ_SWEBENCH_REPOS = env_str("BOLTZ_SWEBENCH_REPOS", "")

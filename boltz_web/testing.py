@@ -13,6 +13,9 @@ _DEFAULTS = {
     "BOLTZ_QUEUE": f"boltz-test-{os.getpid()}",
     "BOLTZ_REDIS_URL": "redis://127.0.0.1:6379/15",
     "BOLTZ_MAX_SANDBOXES": "2",
+    # Tests receive callbacks on listeners of this host: only 127.0.0.1 is let through (the
+    # refusals are tested on a web process started without it, tests/test_callbacks.py).
+    "BOLTZ_CALLBACK_ALLOW": "127.0.0.1",
 }
 
 for _name, _value in _DEFAULTS.items():

@@ -63,6 +63,8 @@ def _remove_test_containers() -> None:
     from attempts.run.docker import runtime
 
     for container in runtime.list_sandboxes(all_hosts=True, any_instance=True):
+        if container["status"] == "removing":  # already on its way out (Docker answers 409)
+            continue
         instance = container["labels"].get(runtime.LABEL_INSTANCE, "")
         if instance == settings.BOLTZ_INSTANCE or (
             instance.startswith("boltz-test-") and not _alive(instance.rsplit("-", 1)[-1])

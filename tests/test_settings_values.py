@@ -34,3 +34,20 @@ def test_env_readers_name_the_variable(monkeypatch):
         env_bytes("BOLTZ_X", "1m")
     monkeypatch.setenv("BOLTZ_X", "yes")
     assert env_bool("BOLTZ_X", False) is True
+
+
+def test_the_callback_allow_list_reads_names_and_networks(monkeypatch):
+    import ipaddress
+
+    from boltz_web.env_values import env_hosts_and_networks, parse_hosts_and_networks
+
+    assert parse_hosts_and_networks(" Hooks.Internal., 10.1.0.0/16 ,127.0.0.1,[::1],,") == (
+        "hooks.internal",
+        ipaddress.ip_network("10.1.0.0/16"),
+        ipaddress.ip_network("127.0.0.1/32"),
+        ipaddress.ip_network("::1/128"),
+    )
+    assert parse_hosts_and_networks("") == ()
+    monkeypatch.setenv("BOLTZ_CALLBACK_ALLOW", "hooks.internal,http://x")
+    with pytest.raises(ImproperlyConfigured, match="BOLTZ_CALLBACK_ALLOW: 'http://x' is neither"):
+        env_hosts_and_networks("BOLTZ_CALLBACK_ALLOW", "")

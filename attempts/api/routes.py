@@ -30,6 +30,7 @@ from attempts.exports.bundle import check_record
 from attempts.models import DONE_STATUSES, Attempt, CheckResult, Task
 from attempts.services import attempts as services
 from attempts.services import deletion, sandboxes
+from attempts.services.callback_targets import callback_target
 from attempts.services.callbacks import attempt_payload
 from attempts.services.sandboxes import sandbox_for
 from attempts.taskio.from_image import has_check
@@ -287,9 +288,9 @@ def start_attempts(request, slug: str, body: AttemptsIn):
         raise InvalidRequest(
             "n", f"start between 1 and {limits.MAX_ATTEMPTS_AT_ONCE} attempts at once"
         )
-    url = body.callback_url.strip()
-    if url and (not url.startswith(("http://", "https://")) or len(url) > 1000):
-        raise InvalidRequest("callback_url", "give an http:// or https:// URL")
+    url = body.callback_url
+    if url:
+        callback_target(url)  # refused with the reason (InvalidRequest) unless it may receive one
     with transaction.atomic():  # enqueued once owner and callback are in place
         made = services.attempts_create(
             task=task, agent=body.agent, command=body.command, count=body.n
