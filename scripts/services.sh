@@ -141,7 +141,17 @@ PY
         fi
         args="$args --data-root=$root --storage-driver=btrfs"
       fi
-      if command -v runsc >/dev/null 2>&1; then args="$args --add-runtime=runsc=$(command -v runsc)"; fi
+      # gVisor for BOLTZ_RUNTIME=runsc, through a wrapper that gives it no network stack of
+      # its own (sandboxes have none, network_mode=none, and runsc's own refuses to start
+      # here) and shared file access: Boltz puts files into running sandboxes, which gVisor's
+      # default (exclusive) would not see.
+      if command -v runsc >/dev/null 2>&1; then
+        $SUDO mkdir -p /usr/local/lib/boltz
+        printf '#!/bin/sh\nexec %s --network=none --file-access=shared "$@"\n' "$(command -v runsc)" \
+          | $SUDO tee /usr/local/lib/boltz/runsc >/dev/null
+        $SUDO chmod 755 /usr/local/lib/boltz/runsc
+        args="$args --add-runtime=runsc=/usr/local/lib/boltz/runsc"
+      fi
       $SUDO sh -c "nohup dockerd $args >/var/log/boltz-dockerd.log 2>&1 &"
       wait_for "dockerd (see /var/log/boltz-dockerd.log)" docker info
     fi

@@ -83,6 +83,10 @@ NETWORK_REFUSED = f"the task needs network, and {NETWORK_TASKS_OFF}"
 DISK_FULL_MARGIN = 4 * 1024 * 1024
 
 
+# Room a check's container has beside its repository, the agent's changes and its own limit.
+CHECK_DISK_ROOM = 64 * 1024 * 1024
+
+
 def disk_note(limit: int) -> str:
     """What a sandbox's disk is limited to, as its timeline says when it is created."""
     if not limit:
@@ -113,8 +117,20 @@ def sandbox_spec(attempt: Attempt, role: str, *, base_bytes: int = 0) -> Sandbox
         role=role,
         workdir=task.workdir or "/workspace",
         root_allowed=task.allow_root,
-        disk_bytes=task.disk_limit + base_bytes if task.disk_limit else 0,
+        disk_bytes=disk_quota(task.disk_limit, role, base_bytes),
     )
+
+
+def disk_quota(limit: int, role: str, base_bytes: int) -> int:
+    """What a container of the attempt may write (0: no limit): the task's repository and the
+    limit; a check's own container also takes in the agent's changes, up to the limit too,
+    with room for Docker's own files, so that nothing the agent wrote can keep its check from
+    starting (that would read as Boltz's failure, not the agent's)."""
+    if not limit:
+        return 0
+    if role == "agent":
+        return base_bytes + limit
+    return base_bytes + 2 * limit + CHECK_DISK_ROOM
 
 
 @contextlib.contextmanager

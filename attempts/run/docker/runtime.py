@@ -326,6 +326,17 @@ def _storage_opt(disk_bytes: int) -> dict[str, str] | None:
     return {"size": str(disk_bytes)}
 
 
+@functools.cache
+def _tmp_keeper() -> bytes:
+    """A tar of one empty folder, /tmp/.boltz, that keeps a sandbox's /tmp from being empty."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        folder = tarfile.TarInfo("tmp/.boltz")
+        folder.type, folder.mode = tarfile.DIRTYPE, 0o700
+        tar.addfile(folder)
+    return buffer.getvalue()
+
+
 @dataclass(frozen=True)
 class SandboxSpec:
     """Everything needed to create one attempt's container."""
@@ -414,7 +425,12 @@ class Sandbox:
             labels={**container_labels(spec.attempt_id), LABEL_ROLE: spec.role},
             detach=True,
         )
-        return cls(container.id)
+        sandbox = cls(container.id)
+        if settings.BOLTZ_RUNTIME == "runsc":
+            # gVisor mounts a file system of its own, in memory, over an empty /tmp: it would
+            # hide what Boltz puts there while the sandbox runs, and escape its disk limit.
+            sandbox.put_archive("/", _tmp_keeper())
+        return sandbox
 
     @docker_call
     def start(self) -> None:
