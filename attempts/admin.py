@@ -41,7 +41,11 @@ from attempts.models import (
 from attempts.services.attempts import SAFE_FILE_NAME, attempts_create
 from attempts.services.deletion import attempt_delete, record_audit, task_delete
 from attempts.services.validation import task_validate
+from attempts.web.signin import AdminSignInForm
 from attempts.web.task_forms import MultipleFileField, TaskAdminForm
+
+# The admin's sign-in is limited like the pages' own (attempts/web/signin.py).
+admin.site.login_form = AdminSignInForm
 
 
 class RunAttemptsForm(forms.Form):

@@ -25,12 +25,38 @@ SECRET_KEY = env_str("BOLTZ_SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG and env_bool("BOLTZ_REQUIRE_SECRET_KEY", False):
         raise ImproperlyConfigured("BOLTZ_SECRET_KEY must be set")
-    SECRET_KEY = "boltz-insecure-development-key-set-BOLTZ_SECRET_KEY-in-production"
+    # Django's insecure prefix: `manage.py check --deploy` reports it (security.W009).
+    SECRET_KEY = "django-insecure-boltz-development-key-set-BOLTZ_SECRET_KEY-in-production"
 ALLOWED_HOSTS = [
     h.strip()
     for h in env_str("BOLTZ_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",")
     if h.strip()
 ]
+
+# --- HTTPS, a reverse proxy, sign-in (docs/ACCESS.md) --------------------------------------
+# Served over HTTPS only (production): plain http is redirected to https, the session and CSRF
+# cookies travel over https only, and browsers are told (HSTS) to use nothing but https for
+# BOLTZ_HSTS_SECONDS. Off by default, so `make demo` serves plain http on 127.0.0.1.
+BOLTZ_HTTPS = env_bool("BOLTZ_HTTPS", False)
+SECURE_SSL_REDIRECT = BOLTZ_HTTPS
+SESSION_COOKIE_SECURE = BOLTZ_HTTPS
+CSRF_COOKIE_SECURE = BOLTZ_HTTPS
+SECURE_HSTS_SECONDS = int(env_seconds("BOLTZ_HSTS_SECONDS", "365d")) if BOLTZ_HTTPS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("BOLTZ_HSTS_INCLUDE_SUBDOMAINS", True)
+# Preloading commits the whole domain to https in browsers for months: the operator's choice, so
+# the deploy check's reminder of it (security.W021) is silenced while it is off.
+SECURE_HSTS_PRELOAD = env_bool("BOLTZ_HSTS_PRELOAD", False)
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+# Behind a reverse proxy that ends TLS: its X-Forwarded-Proto says whether a request came over
+# https, and the last address of its X-Forwarded-For is the client's (for the sign-in limit).
+# Only behind such a proxy: without one, any client could claim https or any address.
+BOLTZ_BEHIND_PROXY = env_bool("BOLTZ_BEHIND_PROXY", False)
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if BOLTZ_BEHIND_PROXY else None
+# Failed sign-ins (the login page and the admin's) one client may make for one user name within
+# the window; past them it is refused (429) until the window of its first failure ends. A
+# client failing with any user names is refused after 4 times as many.
+BOLTZ_LOGIN_FAILURES = env_int("BOLTZ_LOGIN_FAILURES", 5, minimum=1)
+BOLTZ_LOGIN_WINDOW = int(env_seconds("BOLTZ_LOGIN_WINDOW", "15m"))
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -191,6 +217,17 @@ BOLTZ_REPO_CACHE = DATA_DIR / "repos"
 BOLTZ_INSTANCE = env_str(
     "BOLTZ_INSTANCE", "boltz-" + hashlib.sha256(str(DATA_DIR).encode()).hexdigest()[:8]
 )
+# Django's cache, shared by every web process through Redis (the sign-in counts): a cache in
+# each process's memory would count apart in each of gunicorn's workers. A Redis that does not
+# answer is given up on after 2 s.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": BOLTZ_REDIS_URL,
+        "KEY_PREFIX": BOLTZ_INSTANCE,
+        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+    }
+}
 BOLTZ_SANDBOX_NETWORK = env_str("BOLTZ_SANDBOX_NETWORK", "bridge")
 # Tasks that ask for network (Harbor's default) run only where this is on; else they are
 # refused with that reason.

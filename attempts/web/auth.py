@@ -15,3 +15,10 @@ class StaffBackend(ModelBackend):
         if user_obj.is_active and user_obj.is_staff and perm.startswith("attempts."):
             return True
         return super().has_perm(user_obj, perm, obj)
+
+    def has_module_perms(self, user_obj, app_label):
+        # The admin lists an app's models (its index, the app's page) only to users with some
+        # permission in that app: staff have all of Boltz's.
+        if user_obj.is_active and user_obj.is_staff and app_label == "attempts":
+            return True
+        return super().has_module_perms(user_obj, app_label)

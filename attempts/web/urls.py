@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from attempts.web import actions, views
+from attempts.web import actions, signin, views
 from attempts.web import evaluations as views_runs
 from attempts.web import pools as views_pools
 from attempts.web import scores as views_scores
@@ -9,7 +9,7 @@ from attempts.web import scores as views_scores
 app_name = "attempts"
 urlpatterns = [
     path("", views.task_list, name="tasks"),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", signin.login, name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("tasks/<slug:slug>/", views.task_detail, name="task"),
     path("tasks/<slug:slug>/attempts/", views.task_attempts_partial, name="task-attempts"),
