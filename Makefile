@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # the `train` extra so that pip never picks the CUDA build (~3 GB).
 TORCH ?= torch==2.13.0
 
-.PHONY: install install-train services image demo stop test test-train test-postgres bench lint worker web ci
+.PHONY: install install-train services image demo stop test test-train test-runsc test-postgres reliability bench lint worker web ci
 
 install: $(VENV)/.installed
 
@@ -48,10 +48,23 @@ test: install install-train services image
 test-train: install install-train services image
 	$(PY) -m pytest -m train
 
+# The hostile-agent tests again with sandboxes under gVisor (BOLTZ_RUNTIME=runsc): skipped, with
+# the reason, where Docker here has no runsc.
+RUNSC_TESTS := tests/test_redteam.py tests/test_redteam_round2.py tests/test_redteam_round3.py \
+	tests/test_tamper.py tests/test_exec_users.py tests/test_disk_limits.py
+test-runsc: install services image
+	BOLTZ_RUNTIME=runsc $(PY) -m pytest $(RUNSC_TESTS)
+
 # The pipeline and page tests again, on PostgreSQL (SQLite is the default everywhere else).
 test-postgres: install services image
 	scripts/services.sh postgres
 	DATABASE_URL=postgres://boltz@127.0.0.1:5433/boltz $(PY) -m pytest tests/test_pipeline.py tests/test_pages.py
+
+# docs/RELIABILITY.md: every hostile agent, fault, access case and fuzz target, run and written
+# with what each measured.
+reliability: install install-train services image
+	scripts/services.sh browser
+	$(PY) scripts/reliability.py --write docs/RELIABILITY.md
 
 # Benchmarks (not tests): results are written to docs/PERFORMANCE.md.
 bench: install services image

@@ -53,6 +53,11 @@ def docker_ready():
         runtime.image_exists(settings.BOLTZ_DEFAULT_IMAGE),
         f"image {settings.BOLTZ_DEFAULT_IMAGE} is missing: run `python manage.py build_image`",
     )
+    if settings.BOLTZ_RUNTIME and runtime.runtime_refusal(settings.BOLTZ_RUNTIME):
+        # An optional isolation (make test-runsc): where this machine has none, said and skipped.
+        pytest.skip(
+            f"BOLTZ_RUNTIME={settings.BOLTZ_RUNTIME}: {runtime.runtime_refusal(settings.BOLTZ_RUNTIME)}"
+        )
     _remove_test_containers()
     yield
     _remove_test_containers()
@@ -449,3 +454,9 @@ def make_task(tmp_path, docker_ready):
         return task
 
     return make
+
+
+@pytest.fixture
+def figure(record_property):
+    """Record a figure this test measured, for docs/RELIABILITY.md (scripts/reliability.py)."""
+    return lambda text: record_property("figure", text)

@@ -28,7 +28,7 @@ FILL = (
 
 
 def test_a_sandbox_cannot_write_past_its_disk_limit_and_the_outcome_says_it_was_reached(
-    worker, load_example
+    worker, load_example, figure
 ):
     assert not runtime.disk_limit_refusal(), "this host's Docker must enforce disk limits"
     task = load_example("fix-add", disk_bytes=64 * MB)
@@ -43,6 +43,10 @@ def test_a_sandbox_cannot_write_past_its_disk_limit_and_the_outcome_says_it_was_
     copied = [int(n) for n in re.findall(r"^(\d+) bytes", out, re.M)]
     # Each write stopped at the limit, in every folder; what one freed, the next could use.
     assert copied and all(60 * MB < n <= 64 * MB for n in copied), out
+    figure(
+        f"{len(copied)} writes of 200 MB stopped at {max(copied) / MB:.0f} MB or less "
+        "under a 64 MB limit; reason: disk limit of 64 MB reached"
+    )
     # What it holds now (kept for review): no more than its limit beyond the task's files.
     used, allowed = runtime.Sandbox(attempt.container_id).disk_usage()
     assert 64 * MB <= allowed < 65 * MB  # its limit, and the task's small repository
@@ -52,13 +56,18 @@ def test_a_sandbox_cannot_write_past_its_disk_limit_and_the_outcome_says_it_was_
 def test_an_honest_agent_under_a_disk_limit_is_unaffected(worker, load_example):
     task = load_example("fix-add", disk_bytes=64 * MB)
     attempt = wait_finished([attempt_create(task=task, agent="reference")])[0]
-    ends = [e.data for e in attempt.events.filter(kind=EventKind.EXEC) if e.data.get("phase") == "end"]
-    assert attempt.outcome == Outcome.PASSED, [(d.get("command"), d["exit_code"], d["stdout"]["head"][-1500:], d["stderr"]["head"][-1500:]) for d in ends]
+    ends = [
+        e.data for e in attempt.events.filter(kind=EventKind.EXEC) if e.data.get("phase") == "end"
+    ]
+    assert attempt.outcome == Outcome.PASSED, [
+        (d.get("command"), d["exit_code"], d["stdout"]["head"][-1500:], d["stderr"]["head"][-1500:])
+        for d in ends
+    ]
     assert "disk limit" not in attempt.failure_reason
 
 
 def test_raw_output_is_kept_within_the_attempts_budget_across_its_commands(
-    django_db_setup, docker_ready, redis_ready, load_example
+    django_db_setup, docker_ready, redis_ready, load_example, figure
 ):
     queue = f"raw-{uuid.uuid4().hex[:8]}"
     task = load_example("fix-add")
@@ -81,6 +90,7 @@ def test_raw_output_is_kept_within_the_attempts_budget_across_its_commands(
         default_storage.size(end.data[s]["raw"]) for s in ("stdout", "stderr") if end.data[s]["raw"]
     )
     assert stored == kept
+    figure(f"4.5 MB printed, {stored / MB:.1f} MB of raw output kept under a 2 MB budget")
 
 
 def test_a_task_folder_sets_its_disk_limit(task_dir):

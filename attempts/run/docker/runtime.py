@@ -292,6 +292,19 @@ def disk_limit_refusal() -> str:
     )
 
 
+@functools.cache
+@docker_call
+def runtime_refusal(name: str) -> str:
+    """Why Docker here cannot run containers under the OCI runtime `name` ("" when it can)."""
+    runtimes = client().info().get("Runtimes") or {}
+    if name in runtimes:
+        return ""
+    return (
+        f"Docker here has no runtime {name!r} (it has {', '.join(sorted(runtimes))}); "
+        "scripts/services.sh registers gVisor's runsc where Debian's package runsc is installed"
+    )
+
+
 def _btrfs_quota_mode(path: str) -> str:
     """The quota mode of the btrfs file system holding `path`: "squota", "qgroup" or ""."""
     try:
@@ -392,6 +405,8 @@ class Sandbox:
         if not image_exists(spec.image):
             raise InfrastructureError(f"image {spec.image!r} is not on host {settings.BOLTZ_HOST}")
         tools_folder = tools.ensure()  # InfrastructureError naming the package if missing
+        if settings.BOLTZ_RUNTIME and runtime_refusal(settings.BOLTZ_RUNTIME):
+            raise InfrastructureError(f"BOLTZ_RUNTIME: {runtime_refusal(settings.BOLTZ_RUNTIME)}")
         container = client().containers.create(
             spec.image,
             # Boltz's own `sleep`: nothing of the image's, which an agent may have removed.
