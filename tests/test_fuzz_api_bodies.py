@@ -35,7 +35,7 @@ from tests.fuzz_inputs import (
 
 pytestmark = pytest.mark.django_db
 
-EXAMPLES = examples(100)
+EXAMPLES = examples(60)
 SCHEMA = api.get_openapi_schema()
 MISSING_ID = 2**31 - 7  # no sandbox, pool, attempt or evaluation has it
 

@@ -29,7 +29,7 @@ from boltz import archives as sdk_archives
 from boltz.errors import BoltzError
 from tests.fuzz_inputs import bytes_like, examples
 
-EXAMPLES = examples(100)
+EXAMPLES = examples(60)
 
 _NAME_PARTS = ["a", "b", "..", ".", "", "x.py", "C:", "\\", "é", "\n", "-", " ", "a" * 120]
 names = st.one_of(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import io
 
-import pytest
 import unidiff
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -22,7 +21,7 @@ from attempts.services.pools import parse_action
 from attempts.web import interdiff
 from tests.fuzz_inputs import DEEP_JSON, LONG_INTEGER, examples, json_bytes, json_values
 
-EXAMPLES = examples(150)
+EXAMPLES = examples(75)
 
 # Lines a git diff is made of, and some that only look like them, put together in any order.
 _DIFF_LINES = [
@@ -160,7 +159,6 @@ prediction_files = st.one_of(
 )
 
 
-@pytest.mark.django_db  # the dataset rows are read as the importer reads them (settings only)
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(prediction_files)
 @example(LONG_INTEGER.decode())  # was ValueError out of the reading of the file

@@ -17,7 +17,7 @@ import boltz
 from boltz.errors import BoltzError, error_from_response, parse_retry_after
 from tests.fuzz_inputs import DEEP_JSON, LONG_INTEGER, bytes_like, examples, json_bytes, json_values
 
-EXAMPLES = examples(100)
+EXAMPLES = examples(60)
 URL = "http://boltz.test"
 SANDBOX = {"id": 7, "attempt": 70, "task": "t", "name": "t#1", "state": "live", "url": URL}
 

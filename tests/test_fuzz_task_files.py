@@ -37,8 +37,8 @@ from tests.fuzz_inputs import (
     toml_values,
 )
 
-EXAMPLES = examples(100)
-SLOW_EXAMPLES = examples(25)  # examples that may reach git: tens of milliseconds each
+EXAMPLES = examples(60)
+SLOW_EXAMPLES = examples(20)  # examples that may reach git: tens of milliseconds each
 
 # Values a limit or a size is written as, right and wrong.
 numbers = st.one_of(
@@ -345,7 +345,7 @@ jsonl_lines = st.lists(
 @example([LONG_INTEGER])  # was ValueError out of the import
 @example([json_bytes({**ROW, "patch": 5})])  # was TypeError writing the patch
 @example([json_bytes({**ROW, "instance_id": "--"})])  # was a task with the slug ""
-@example([json_bytes({**ROW, "repo": "acme/\0"})])  # was ValueError: embedded null byte
+@example([json_bytes({**ROW, "repo": "acme/\0"})])  # refused, its NUL never in a message
 @example([json_bytes({**ROW, "base_commit": "HEAD\0"})])  # was ValueError out of git
 @example([json_bytes({**ROW, "FAIL_TO_PASS": "[" * 5000})])  # was RecursionError
 def test_swebench_rows_are_items_never_an_error(clones, lines):
@@ -358,7 +358,7 @@ def test_swebench_rows_are_items_never_an_error(clones, lines):
     assert all(isinstance(item, ImportItem) for item in items)
     for item in items:
         if item.values is None:
-            assert item.refused
+            assert item.refused and "\0" not in item.refused  # a report a database keeps
         else:
             assert_storable(item.values)
             assert 1 <= len(item.values["slug"]) <= 100 and item.values["required_tests"]
