@@ -425,7 +425,7 @@ class AgentForm(forms.ModelForm):
         if raw.strip().startswith("{"):
             try:
                 env = json.loads(raw)
-            except ValueError:
+            except (ValueError, RecursionError):  # also nested past the parser's depth
                 env = None
             if not isinstance(env, dict) or not all(
                 isinstance(v, str | int | float) for v in env.values()

@@ -335,7 +335,7 @@ class Settings:
             return None
         try:
             return response.json()
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
             snippet = response.text[:200]
             raise BoltzError(
                 f"the server at {self.url} answered {call.method} {call.path} with something "
@@ -387,7 +387,7 @@ class ExecStream:
             return
         try:
             item = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise BoltzError(
                 f"the exec stream sent a line that is not JSON: {line[:200]!r}"
             ) from None
@@ -398,8 +398,11 @@ class ExecStream:
         elif "stream" in item:
             self._emit(str(item["stream"]), str(item.get("text") or ""))
         elif "code" in item or "detail" in item:
+            status, code = item.get("status"), item.get("code")
             raise make_error(
-                item.get("status"), item.get("code"), str(item.get("detail") or "exec failed")
+                status if isinstance(status, int) and not isinstance(status, bool) else None,
+                code if isinstance(code, str) else None,
+                str(item.get("detail") or "exec failed"),
             )
 
     def whole(self, body: bytes) -> ExecResult:
@@ -407,7 +410,7 @@ class ExecStream:
         output goes to `on_output` at once, stdout then stderr."""
         try:
             item = json.loads(body.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
+        except (ValueError, RecursionError):
             raise BoltzError(f"the exec answer is not JSON: {body[:200]!r}") from None
         if isinstance(item, dict) and isinstance(item.get("result"), dict):
             item = item["result"]

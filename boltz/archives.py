@@ -9,11 +9,13 @@ Owners are never applied and modes are limited to the permission bits.
 from __future__ import annotations
 
 import io
+import lzma
 import os
 import posixpath
 import shutil
 import stat
 import tarfile
+import zlib
 from pathlib import Path
 
 from boltz.errors import UnsafeArchive
@@ -89,12 +91,22 @@ def safe_extract(data: bytes | io.BufferedIOBase, target: str | os.PathLike[str]
     """Unpack the tar `data` into the folder `target` (made if missing); returns the paths made.
 
     Raises `UnsafeArchive` for a member that is absolute, escapes `target` (also through links
-    already extracted), is a link pointing outside, or is a device or special file.
+    already extracted), is a link pointing outside, or is a device or special file; for two
+    members of one path that cannot both be made; and for data that is no readable tar.
     """
     fileobj = io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data
     root_path = Path(target)
     root_path.mkdir(parents=True, exist_ok=True)
-    root = os.path.realpath(root_path)
+    try:
+        return _extract(fileobj, os.path.realpath(root_path))
+    except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError) as exc:
+        raise UnsafeArchive(f"the archive cannot be read: {exc}") from None
+    except (FileExistsError, IsADirectoryError, NotADirectoryError) as exc:
+        # Two members of one path (a folder and a file), or a file where a folder must be.
+        raise UnsafeArchive(f"archive members collide: {exc}") from None
+
+
+def _extract(fileobj: io.BufferedIOBase | io.BytesIO, root: str) -> list[Path]:
     made: list[Path] = []
     with tarfile.open(fileobj=fileobj, mode="r:*") as archive:
         members = archive.getmembers()

@@ -214,7 +214,7 @@ def error_from_response(
     detail = ""
     try:
         payload = json.loads(body.decode("utf-8")) if body else None
-    except (UnicodeDecodeError, ValueError):
+    except (ValueError, RecursionError):  # also bytes not UTF-8, and nesting past the parser's
         payload = None
     if isinstance(payload, dict):
         raw_code = payload.get("code")

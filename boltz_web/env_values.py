@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import re
 
@@ -46,26 +47,42 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     return value
 
 
+MAX_BYTES = 2**63 - 1  # the most any size may be (what a database's big integer holds)
+
+
 def parse_bytes(raw: str | int) -> int:
-    """'512m' -> 536870912. Plain numbers are bytes; k/m/g/t are powers of 1024."""
-    if isinstance(raw, int):
-        return raw
-    match = _SIZE.match(str(raw))
-    if not match:
-        raise ValueError(f"{raw!r} is not a size (examples: 512m, 2g, 1048576)")
-    number, unit = float(match.group(1)), match.group(2).lower()
-    return int(number * 1024 ** " kmgt".index(unit or " "))
+    """'512m' -> 536870912. Plain numbers are bytes; k/m/g/t are powers of 1024. ValueError
+    for anything else, and for a size past MAX_BYTES."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        number = raw
+    else:
+        match = _SIZE.match(str(raw))
+        if not match:
+            raise ValueError(f"{raw!r} is not a size (examples: 512m, 2g, 1048576)")
+        scaled = float(match.group(1)) * 1024 ** " kmgt".index(match.group(2).lower() or " ")
+        number = int(scaled) if scaled <= MAX_BYTES else MAX_BYTES + 1  # inf: too large too
+    if number > MAX_BYTES:
+        raise ValueError(f"too large a size (at most {MAX_BYTES} bytes)")
+    return number
 
 
 def parse_seconds(raw: str | int | float) -> float:
-    """'90' -> 90.0, '5m' -> 300.0, '7d' -> 604800.0."""
-    if isinstance(raw, int | float):
-        return float(raw)
-    match = _DURATION.match(str(raw))
-    if not match:
-        raise ValueError(f"{raw!r} is not a duration (examples: 90, 90s, 5m, 2h, 7d)")
-    factor = {"s": 1, "m": 60, "h": 3600, "d": 86400}[(match.group(2) or "s").lower()]
-    return float(match.group(1)) * factor
+    """'90' -> 90.0, '5m' -> 300.0, '7d' -> 604800.0. ValueError for anything else, and for
+    a duration that is not a finite number ("nan", "inf", 1e999)."""
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
+        try:
+            seconds = float(raw)
+        except OverflowError:  # an int past any float
+            seconds = math.inf
+    else:
+        match = _DURATION.match(str(raw))
+        if not match:
+            raise ValueError(f"{raw!r} is not a duration (examples: 90, 90s, 5m, 2h, 7d)")
+        factor = {"s": 1, "m": 60, "h": 3600, "d": 86400}[(match.group(2) or "s").lower()]
+        seconds = float(match.group(1)) * factor
+    if not math.isfinite(seconds):
+        raise ValueError("not a finite duration")
+    return seconds
 
 
 def parse_hosts_and_networks(raw: str) -> tuple[HostOrNetwork, ...]:

@@ -18,10 +18,19 @@ from urllib.parse import urlparse, urlunparse
 
 import pytest
 from django.conf import settings
+from hypothesis import settings as hypothesis_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 IN_CI = os.environ.get("CI", "").lower() == "true"
+
+# Hypothesis (the fuzz tests, tests/test_fuzz_*.py): in CI the same examples every run (derived
+# from each test's name), so a failure there replays; elsewhere new ones each run, and the
+# failures found are kept in .hypothesis/ and tried first next time. No per-example deadline:
+# a loaded machine makes timings noise. HYPOTHESIS_PROFILE=ci replays CI's examples anywhere.
+hypothesis_settings.register_profile("ci", derandomize=True, database=None, deadline=None)
+hypothesis_settings.register_profile("dev", deadline=None)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if IN_CI else "dev"))
 
 
 def require(ok: bool, why: str) -> None:

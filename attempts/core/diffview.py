@@ -109,12 +109,20 @@ def _strip_prefix(path: str | None) -> str:
     return path[2:] if path[:2] in ("a/", "b/") else path
 
 
+def first_file(text: str, *, metadata_only: bool = False) -> unidiff.PatchedFile:
+    """The first file of a diff; unidiff.UnidiffParseError when there is none."""
+    files = unidiff.PatchSet(text, metadata_only=metadata_only)
+    if not len(files):
+        raise unidiff.UnidiffParseError("no file in the diff")
+    return files[0]
+
+
 def describe(index: int, chunk: str, added: int, removed: int, lines: int) -> DiffFile:
     """A file's paths and status from its part of a git diff (its header is enough), with
     the +/- counts and line count given."""
     try:
-        patched = unidiff.PatchSet(chunk, metadata_only=True)[0]
-    except (unidiff.UnidiffParseError, IndexError):
+        patched = first_file(chunk, metadata_only=True)
+    except unidiff.UnidiffParseError:
         raise unidiff.UnidiffParseError(
             f"file {index + 1} of the diff could not be parsed"
         ) from None
@@ -147,8 +155,8 @@ def split_files(diff: str) -> list[DiffFile]:
     for i, start in enumerate(starts):
         chunk = diff[start : starts[i + 1] if i + 1 < len(starts) else len(diff)]
         try:
-            patched = unidiff.PatchSet(chunk, metadata_only=True)[0]
-        except (unidiff.UnidiffParseError, IndexError):
+            patched = first_file(chunk, metadata_only=True)
+        except unidiff.UnidiffParseError:
             raise unidiff.UnidiffParseError(
                 f"file {i + 1} of the diff could not be parsed"
             ) from None
@@ -335,8 +343,9 @@ def _paired_rows(removed, added, old_tok, new_tok) -> list[Row]:
 
 
 def side_by_side(file: DiffFile) -> list[Row]:
-    """The rows of one file's diff, old on the left and new on the right."""
-    patched = unidiff.PatchSet(file.text)[0]
+    """The rows of one file's diff, old on the left and new on the right. Raises
+    unidiff.UnidiffParseError for a text that is no diff."""
+    patched = first_file(file.text)
     rows: list[Row] = []
     path = file.path
     for hunk in patched:

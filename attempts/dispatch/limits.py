@@ -11,6 +11,7 @@ from __future__ import annotations
 # --- commands (an exec, a pool step's run) ------------------------------------------------------
 EXEC_TIMEOUT = 600.0  # seconds a command may run when its caller gives no timeout
 MAX_COMMAND_SECONDS = 24 * 3600.0  # the longest timeout a command may be given: a day
+MAX_STAGE_SECONDS = 7 * 24 * 3600.0  # the longest a task's setup, agent or check may be given
 
 # --- how long the web waits for a worker's answer ------------------------------------------------
 OPERATION_MARGIN = 30.0  # room past an operation's own time before the web stops waiting

@@ -9,6 +9,7 @@ import math
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from xml.parsers import expat
 
 from attempts.core.test_ids import junit_name
 
@@ -67,11 +68,21 @@ def parse_reward_txt(data: bytes) -> Score:
     return Score(passed=score >= 1.0, score=score, source="reward_file", reward={"reward": score})
 
 
+def _json(data: bytes, errors: str = "replace"):
+    """A JSON document the check wrote; ValueError (with why) for anything json refuses,
+    including nesting too deep for the parser and integers of more digits than Python reads
+    (and, with `errors="strict"`, bytes that are not UTF-8)."""
+    try:
+        return json.loads(data.decode("utf-8", errors=errors))
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
 def parse_reward_json(data: bytes) -> Score:
     """`{"reward": 0.5}` or `{"score": ..., "passed": ...}` or a bare number."""
     try:
-        payload = json.loads(data.decode("utf-8", errors="replace"))
-    except json.JSONDecodeError as exc:
+        payload = _json(data)
+    except ValueError as exc:
         raise ScoringError(f"{REWARD_JSON}: not JSON ({exc})") from None
     if isinstance(payload, int | float) and not isinstance(payload, bool):
         payload = {"reward": payload}
@@ -90,12 +101,40 @@ def parse_reward_json(data: bytes) -> Score:
     )
 
 
+class _DoctypeRefused(Exception):
+    pass
+
+
+def _refuse_doctype(*_args) -> None:
+    raise _DoctypeRefused
+
+
+def _xml_root(data: bytes) -> ET.Element:
+    """The root of an XML document whose text the code under test may have written: parsed by
+    expat into an ElementTree, with any DOCTYPE refused before its first declaration is read.
+    So no entity is ever declared or expanded (no "billion laughs", no external file), whatever
+    the expat at hand protects against; JUnit reports have no DTD."""
+    builder = ET.TreeBuilder()
+    parser = expat.ParserCreate()
+    parser.buffer_text = True
+    parser.StartDoctypeDeclHandler = _refuse_doctype
+    parser.EntityDeclHandler = _refuse_doctype  # declared inside no DOCTYPE: never, but sure
+    parser.ExternalEntityRefHandler = _refuse_doctype
+    parser.StartElementHandler = builder.start
+    parser.EndElementHandler = builder.end
+    parser.CharacterDataHandler = builder.data
+    try:
+        parser.Parse(data, True)
+        return builder.close()
+    except _DoctypeRefused:
+        raise ScoringError("JUnit XML with a DOCTYPE is refused (a report needs none)") from None
+    except (expat.ExpatError, LookupError, ValueError) as exc:  # LookupError: an encoding
+        raise ScoringError(f"JUnit XML could not be parsed: {exc}") from None
+
+
 def parse_junit(data: bytes) -> list[TestCase]:
     """Test cases of a JUnit XML report (pytest, JUnit, most runners)."""
-    try:
-        root = ET.fromstring(data)
-    except ET.ParseError as exc:
-        raise ScoringError(f"JUnit XML could not be parsed: {exc}") from None
+    root = _xml_root(data)
     cases = []
     for case in root.iter("testcase"):
         classname, name = case.get("classname", ""), case.get("name", "")
@@ -110,6 +149,8 @@ def parse_junit(data: bytes) -> list[TestCase]:
             duration = float(case.get("time") or 0)
         except ValueError:
             duration = 0.0
+        if not math.isfinite(duration) or duration < 0:
+            duration = 0.0  # "nan", "inf": kept as a number, shown and exported as JSON
         cases.append(TestCase(full[:1000], outcome, duration, message))
     return cases
 
@@ -233,7 +274,7 @@ def parse_witness_stream(
             elif event == "end" and run["end"] is None:
                 status = record.get("exitstatus")
                 run["end"] = status if isinstance(status, int) else -1
-        except (ValueError, TypeError, KeyError, AttributeError):
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
             continue  # not the plugin's: it writes only whole JSON lines
     parsed = []
     for run in runs.values():
@@ -563,8 +604,8 @@ def _harbor_reward_json(data: bytes, notes: list[str]) -> dict[str, float]:
     if not data:
         raise HarborVerifierError(f"{path} is empty")  # RewardFileEmptyError
     try:
-        payload = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:  # VerifierOutputParseError
+        payload = _json(data, errors="strict")
+    except ValueError as exc:  # VerifierOutputParseError
         raise HarborVerifierError(f"{path} is not valid JSON ({exc})") from None
     if not isinstance(payload, dict):  # VerifierOutputParseError
         kind = "a bare number" if isinstance(payload, int | float) else type(payload).__name__

@@ -100,7 +100,7 @@ def _entries(value: str | list) -> list[tuple[int, Any]]:
     if stripped[:1] in ("[", "{"):
         try:
             whole = json.loads(stripped)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # ValueError: also a number of 5000 digits
             whole = None  # not one JSON document: read it as JSONL
         if isinstance(whole, list):
             return list(enumerate(whole, start=1))
@@ -117,6 +117,8 @@ def _entries(value: str | list) -> list[tuple[int, Any]]:
             found.append((number, json.loads(line)))
         except json.JSONDecodeError as exc:
             found.append((number, _Unreadable(f"not JSON ({exc.msg}, column {exc.colno})")))
+        except ValueError as exc:  # a number longer than Python reads
+            found.append((number, _Unreadable(f"not JSON ({exc})")))
         except RecursionError:
             found.append((number, _Unreadable("not JSON (nested too deeply)")))
     return found
@@ -165,6 +167,9 @@ def _prediction_problem(entry: dict) -> str:
     model = entry.get(KEY_MODEL)
     if not isinstance(model, str) or not model.strip():
         return f"{KEY_MODEL} is missing or not a string"
+    for key, value in ((KEY_ID, instance_id), (KEY_MODEL, model)):
+        if "\0" in value:  # no database keeps a NUL byte
+            return f"{key} holds a NUL byte"
     if KEY_PATCH not in entry:
         return f'{KEY_PATCH} is missing (give "" or null for no patch)'
     patch = entry[KEY_PATCH]
@@ -181,7 +186,11 @@ def parse_dataset(value: str | list) -> tuple[dict[str, dict], list[int]]:
     rows: dict[str, dict] = {}
     unreadable: list[int] = []
     for line, entry in _entries(value):
-        if not isinstance(entry, dict) or not isinstance(entry.get(KEY_ID), str):
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get(KEY_ID), str)
+            or "\0" in entry[KEY_ID]
+        ):
             unreadable.append(line)
             continue
         rows.setdefault(entry[KEY_ID], entry)
@@ -193,7 +202,7 @@ def _tests(row: dict, key: str) -> list[str]:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             return []
     return [str(v) for v in value] if isinstance(value, list) else []
 

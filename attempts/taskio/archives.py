@@ -17,7 +17,20 @@ class ArchiveRefused(ValueError):
     """An archive that is not safe or too large; the message says why."""
 
 
+_UNPACKING_ERRORS = (
+    OSError,
+    EOFError,
+    tarfile.TarError,
+    zipfile.BadZipFile,
+    KeyError,  # tarfile: a hard link to an entry the archive lacks
+    ValueError,  # posixpath: a hard link to no name
+    RecursionError,  # tarfile: hard links to each other, each copied from the other
+)
+
+
 def _check_name(name: str) -> str:
+    if not name.strip("/"):
+        raise ArchiveRefused(f"an entry has no name ({name!r})")
     clean = posixpath.normpath(name.replace("\\", "/"))
     if name.startswith(("/", "\\")) or clean == ".." or clean.startswith("../") or ":" in name[:3]:
         raise ArchiveRefused(f"{name!r} would land outside the archive's folder")
@@ -46,6 +59,13 @@ def safe_extract(source: BinaryIO | Path, dest: Path) -> Path:
         else:
             handle.seek(0)
             _extract_tar(handle, dest, limit)
+    except ArchiveRefused:
+        raise
+    except _UNPACKING_ERRORS as exc:
+        # What an archive's own entries make fail: two entries of one name (a file and a
+        # folder), a file named like the folder itself, links to entries it lacks or to each
+        # other, a cut end.
+        raise ArchiveRefused(f"could not be unpacked: {exc}") from None
     finally:
         if isinstance(source, Path):
             handle.close()

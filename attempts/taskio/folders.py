@@ -4,6 +4,7 @@ and an optional reference patch, loaded into a Task. See docs/TASKS.md for the f
 
 from __future__ import annotations
 
+import math
 import tempfile
 import tomllib
 from collections.abc import Iterable
@@ -18,6 +19,7 @@ from attempts.core import runner_reach
 from attempts.core.errors import ImageBuildFailed, TaskInvalid
 from attempts.core.protected import PatternError, check_pattern, task_protection
 from attempts.dispatch.hosts import image_known, local_docker
+from attempts.dispatch.limits import MAX_STAGE_SECONDS
 from attempts.models import RewardRules, RunnerAccess, Task
 from attempts.taskio import images as task_images
 from attempts.taskio import repos
@@ -184,9 +186,22 @@ def check_reference_is_honest(
 def _unknown(table: dict, allowed: set[str], where: str) -> None:
     extra = sorted(set(table) - allowed)
     if extra:
+        key = extra[0] if extra[0].strip() else repr(extra[0])  # "" named as ''
         raise TaskInvalid(
-            f"{where}{extra[0]}", f"unknown key; expected one of {', '.join(sorted(allowed))}"
+            f"{where}{key}", f"unknown key; expected one of {', '.join(sorted(allowed))}"
         )
+
+
+# The largest a limit may be: what its column holds, and for times what a deadline can add up.
+_LIMIT_MAX = {
+    "agent_timeout": MAX_STAGE_SECONDS,
+    "check_timeout": MAX_STAGE_SECONDS,
+    "setup_timeout": MAX_STAGE_SECONDS,
+    "cpus": 1024.0,
+    "memory": 2**63 - 1,
+    "disk": 2**63 - 1,
+    "pids": 2**31 - 1,
+}
 
 
 def _limit(limits: dict, key: str, parse, *, field: str = ""):
@@ -195,11 +210,111 @@ def _limit(limits: dict, key: str, parse, *, field: str = ""):
         return Task._meta.get_field(field or key).get_default()
     try:
         value = parse(limits[key])
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise TaskInvalid(f"limits.{key}", str(exc)) from None
-    if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
-        raise TaskInvalid(f"limits.{key}", "must be greater than zero")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise TaskInvalid(f"limits.{key}", f"{limits[key]!r}: must be a finite number")
+        if value <= 0:
+            raise TaskInvalid(f"limits.{key}", "must be greater than zero")
+        if value > _LIMIT_MAX[key]:
+            raise TaskInvalid(f"limits.{key}", f"{limits[key]!r}: at most {_LIMIT_MAX[key]:g}")
     return value
+
+
+def _text(spec: dict, key: str, default: str, *, most: int, where: str = "") -> str:
+    """A string key of task.toml: no NUL byte (no database keeps one), at most `most` long."""
+    value = spec.get(key, default)
+    where = where or key
+    if not isinstance(value, str):
+        raise TaskInvalid(where, f"{value!r}: expected a string")
+    if "\0" in value:
+        raise TaskInvalid(where, "holds a NUL byte")
+    if len(value) > most:
+        raise TaskInvalid(where, f"longer than {most} characters")
+    return value
+
+
+def spec_values(spec: dict, *, folder_name: str) -> dict:
+    """The task fields task.toml gives by itself, checked (TaskInvalid names the key to fix):
+    everything but what needs the folder's other files, git or Docker, so a bad key is refused
+    before any repository or image is touched. `instruction` is None when task.toml has none
+    (instruction.md may give it); `repository` is the checked table (path or url, and ref)
+    and `image` the image asked for, both for read_task_dir to resolve."""
+    _unknown(spec, _TOP_KEYS, "")
+    repo = spec.get("repository", {})
+    limits = spec.get("limits", {})
+    if not isinstance(repo, dict):
+        raise TaskInvalid("repository", "must be a table with path or url, and ref")
+    if not isinstance(limits, dict):
+        raise TaskInvalid("limits", "must be a table")
+    _unknown(repo, _REPO_KEYS, "repository.")
+    _unknown(limits, _LIMIT_KEYS, "limits.")
+    if "url" in repo and "path" in repo:
+        raise TaskInvalid("repository", "give either url or path, not both")
+    repository = {"ref": _text(repo, "ref", "HEAD", most=255, where="repository.ref")}
+    for key in ("url", "path"):
+        if key in repo:
+            repository[key] = _text(repo, key, "", most=1000, where=f"repository.{key}")
+
+    slug = slugify(_text(spec, "slug", "", most=1000) or folder_name)
+    if not slug:
+        raise TaskInvalid("slug", "must contain letters or digits")
+    if len(slug) > 100:
+        raise TaskInvalid("slug", "longer than 100 characters")
+    instruction = spec.get("instruction")
+    if instruction is not None:
+        instruction = _text(spec, "instruction", "", most=10**7)
+    check = spec.get("check")
+    if not isinstance(check, str) or not check.strip():
+        raise TaskInvalid("check", "the check command must not be empty")
+    check = _text(spec, "check", "", most=10**6)
+    setup = spec.get("setup", "")
+    if not isinstance(setup, str):
+        raise TaskInvalid("setup", "must be a shell command (a string)")
+    setup = _text(spec, "setup", "", most=10**6)
+
+    reward_file = spec.get("reward_file", False)
+    reward_rules = Task.rule("reward_rules")
+    if reward_file == RewardRules.HARBOR:  # Harbor's rules: only the reward file decides
+        reward_file, reward_rules = True, RewardRules.HARBOR
+    if not isinstance(reward_file, bool):
+        raise TaskInvalid(
+            "reward_file", f'{reward_file!r}: expected true, false or "harbor" (Harbor\'s rules)'
+        )
+    return {
+        "slug": slug,
+        "title": _text(spec, "title", "", most=200) or slug,
+        "instruction": instruction,
+        "repository": repository,
+        "image": _text(spec, "image", "", most=300),
+        "setup_command": setup,
+        "check_command": check,
+        "check_mode": Task.rule("check_mode", spec.get("check_mode")),
+        "protected_paths": protected_patterns(spec.get("protected_paths", [])),
+        "reward_file": reward_file,
+        "reward_rules": reward_rules,
+        "runner_access": Task.rule("runner_access", spec.get("runner_access")),
+        **check_integrity_settings(spec),
+        "agent_timeout": _limit(limits, "agent_timeout", parse_seconds),
+        "check_timeout": _limit(limits, "check_timeout", parse_seconds),
+        "setup_timeout": _limit(limits, "setup_timeout", parse_seconds),
+        "cpus": _limit(limits, "cpus", _number),
+        "memory_bytes": _limit(limits, "memory", parse_bytes, field="memory_bytes"),
+        "pids_limit": _limit(limits, "pids", _whole, field="pids_limit"),
+        "disk_bytes": _limit(limits, "disk", parse_bytes, field="disk_bytes"),
+        "network": _limit(limits, "network", _parse_bool),
+    }
+
+
+def read_text_file(path: Path, name: str) -> str:
+    """A text file of a task folder, which must be UTF-8: TaskInvalid(name) otherwise."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise TaskInvalid(name, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise TaskInvalid(name, f"cannot be read: {exc.strerror or exc}") from None
 
 
 def read_task_dir(directory: Path, **options) -> dict:
@@ -211,51 +326,33 @@ def read_task_dir(directory: Path, **options) -> dict:
     if not toml_path.is_file():
         raise TaskInvalid("task.toml", f"{toml_path} not found")
     try:
-        spec = tomllib.loads(toml_path.read_text())
+        spec = tomllib.loads(toml_path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise TaskInvalid("task.toml", f"not valid TOML: {exc}") from None
-    _unknown(spec, _TOP_KEYS, "")
-    repo = spec.get("repository", {})
-    limits = spec.get("limits", {})
-    if not isinstance(repo, dict):
-        raise TaskInvalid("repository", "must be a table with path or url, and ref")
-    if not isinstance(limits, dict):
-        raise TaskInvalid("limits", "must be a table")
-    _unknown(repo, _REPO_KEYS, "repository.")
-    _unknown(limits, _LIMIT_KEYS, "limits.")
-
-    slug = slugify(str(spec.get("slug") or directory.name))
-    if not slug:
-        raise TaskInvalid("slug", "must contain letters or digits")
-    instruction = spec.get("instruction")
-    if instruction is None and (directory / INSTRUCTION_FILE).is_file():
-        instruction = (directory / INSTRUCTION_FILE).read_text()
-    if not isinstance(instruction, str) or not instruction.strip():
+    values = spec_values(spec, folder_name=directory.name)
+    repo, image = values.pop("repository"), values.pop("image")
+    slug = values["slug"]
+    if values["instruction"] is None and (directory / INSTRUCTION_FILE).is_file():
+        values["instruction"] = read_text_file(directory / INSTRUCTION_FILE, INSTRUCTION_FILE)
+    instruction = values["instruction"]
+    if not isinstance(instruction, str) or not instruction.strip() or "\0" in instruction:
         raise TaskInvalid(
             "instruction", f"give an instruction in {TASK_FILE} or {INSTRUCTION_FILE}"
         )
-    check = spec.get("check")
-    if not isinstance(check, str) or not check.strip():
-        raise TaskInvalid("check", "the check command must not be empty")
-    setup = spec.get("setup", "")
-    if not isinstance(setup, str):
-        raise TaskInvalid("setup", "must be a shell command (a string)")
 
     # The repository: a URL, a path on this host, or a folder of the task (git or plain files).
-    if "url" in repo and "path" in repo:
-        raise TaskInvalid("repository", "give either url or path, not both")
-    ref = str(repo.get("ref", "HEAD"))
+    ref = repo["ref"]
     if "url" in repo:
-        repo_url = str(repo["url"])
+        repo_url = repo["url"]
     else:
-        path = Path(str(repo.get("path", "repo")))
+        path = Path(repo.get("path", "repo"))
         path = path if path.is_absolute() else directory / path
         if not path.is_dir():
             raise TaskInvalid("repository.path", f"{path} does not exist")
         if (path / ".git").exists():
             repo_url = str(path)
         else:  # plain files: they become a repository with one commit
-            if "ref" in repo and ref not in ("HEAD", "main"):
+            if ref not in ("HEAD", "main"):
                 raise TaskInvalid("repository.ref", "a plain folder has only HEAD (main)")
             repo_url = repos.repository_from_folder(path, slug)
     try:
@@ -264,7 +361,6 @@ def read_task_dir(directory: Path, **options) -> dict:
         field = "repository.ref" if exc.field == "ref" else "repository"
         raise TaskInvalid(field, exc.message) from None
 
-    image = str(spec.get("image", ""))
     built = _dockerfile_image(directory, image, options) if not options.get("image") else {}
     if options.get("image"):
         image = options["image"]
@@ -273,17 +369,6 @@ def read_task_dir(directory: Path, **options) -> dict:
         image = built["image"]
     else:
         require_image(image)
-    check_mode = Task.rule("check_mode", spec.get("check_mode"))
-    protected = protected_patterns(spec.get("protected_paths", []))
-    runner_access = Task.rule("runner_access", spec.get("runner_access"))
-    reward_file = spec.get("reward_file", False)
-    reward_rules = Task.rule("reward_rules")
-    if reward_file == RewardRules.HARBOR:  # Harbor's rules: only the reward file decides
-        reward_file, reward_rules = True, RewardRules.HARBOR
-    if not isinstance(reward_file, bool):
-        raise TaskInvalid(
-            "reward_file", f'{reward_file!r}: expected true, false or "harbor" (Harbor\'s rules)'
-        )
 
     check_files, check_paths = b"", []
     check_dir = directory / CHECK_FOLDER
@@ -294,44 +379,41 @@ def read_task_dir(directory: Path, **options) -> dict:
 
     reference = ""
     if (directory / REFERENCE_FILE).is_file():
-        reference = (directory / REFERENCE_FILE).read_text()
+        reference = read_text_file(directory / REFERENCE_FILE, REFERENCE_FILE)
 
-    values = {
-        "slug": slug,
-        "title": str(spec.get("title", "")) or slug,
-        "instruction": instruction,
-        "repo_url": repo_url,
-        "base_ref": ref,
-        "base_commit": base_commit,
-        "image": image,
-        "setup_command": setup,
-        "check_command": check,
-        "check_mode": check_mode,
-        "protected_paths": protected,
-        "reward_file": reward_file,
-        "reward_rules": reward_rules,
-        "runner_access": runner_access,
-        **check_integrity_settings(spec),
-        "build_context": built.get("build_context", b""),
-        "check_files": check_files,
-        "check_file_paths": check_paths,
-        "reference_patch": reference,
-        "agent_timeout": _limit(limits, "agent_timeout", parse_seconds),
-        "check_timeout": _limit(limits, "check_timeout", parse_seconds),
-        "setup_timeout": _limit(limits, "setup_timeout", parse_seconds),
-        "cpus": _limit(limits, "cpus", float),
-        "memory_bytes": _limit(limits, "memory", parse_bytes, field="memory_bytes"),
-        "pids_limit": _limit(limits, "pids", int, field="pids_limit"),
-        "disk_bytes": _limit(limits, "disk", parse_bytes, field="disk_bytes"),
-        "network": _limit(limits, "network", _parse_bool),
-        "source_dir": str(directory),
-    }
+    values.update(
+        repo_url=repo_url,
+        base_ref=ref,
+        base_commit=base_commit,
+        image=image,
+        build_context=built.get("build_context", b""),
+        check_files=check_files,
+        check_file_paths=check_paths,
+        reference_patch=reference,
+        source_dir=str(directory),
+    )
     if built.get("build_log") or not built:  # a log of a build now; none for a named image
         values["build_log"] = built.get("build_log", "")
     if reference:
         check_reference_applies(values["repo_url"], values["base_commit"], reference)
         check_reference_is_honest(values, base_paths(values["repo_url"], values["base_commit"]))
     return values
+
+
+def _number(value) -> float:
+    """A number, or a string of one ("1.5")."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"{value!r}: expected a number")
+    return float(value)
+
+
+def _whole(value) -> int:
+    """A whole number, or a string of one ("256")."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{value!r}: expected a whole number")
+    return value
 
 
 def _parse_bool(value) -> bool:

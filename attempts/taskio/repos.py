@@ -93,6 +93,8 @@ def mirror_path(url: str) -> Path:
 
 def ensure_mirror(url: str, *, refresh: bool = False) -> Path:
     """A bare mirror of `url` in the cache; raises TaskInvalid('repository') if unreachable."""
+    if "\0" in url:
+        raise TaskInvalid("repository", f"{url!r} holds a NUL byte")
     if is_local(url):
         path = Path(url)
         if not path.exists():
@@ -121,7 +123,7 @@ def ensure_mirror(url: str, *, refresh: bool = False) -> Path:
 def resolve_ref(url: str, ref: str) -> str:
     """The commit id `ref` names in `url`; raises TaskInvalid('ref') if there is none."""
     ref = ref or "HEAD"
-    if ref.startswith("-"):
+    if ref.startswith("-") or "\0" in ref:
         raise TaskInvalid("ref", f"{ref!r} is not a ref name")
     # A full commit id never moves: when the cached mirror has it, there is nothing to fetch
     # (importing a SWE-bench file of many rows from one repository fetches once, not per row).

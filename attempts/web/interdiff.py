@@ -12,8 +12,9 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-import unidiff
 from unidiff.constants import LINE_TYPE_NO_NEWLINE
+
+from attempts.core import diffview
 
 CONTEXT = 3
 
@@ -29,7 +30,7 @@ class _Hunk:
 def _hunks(text: str | None) -> list[_Hunk]:
     if not text:
         return []
-    patched = unidiff.PatchSet(text)[0]
+    patched = diffview.first_file(text)
     out = []
     for hunk in patched:
         lines = [line for line in hunk if line.line_type != LINE_TYPE_NO_NEWLINE]

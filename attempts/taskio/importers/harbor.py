@@ -34,7 +34,7 @@ from attempts.core.errors import NETWORK_TASKS_OFF, ImageBuildFailed, TaskInvali
 from attempts.dispatch.hosts import local_docker
 from attempts.models import CheckMode, Layout, RewardRules
 from attempts.taskio import images as task_images
-from attempts.taskio.folders import require_image
+from attempts.taskio.folders import read_text_file, require_image
 from attempts.taskio.importers.harbor_config import HarborSpec, read_spec
 from attempts.taskio.importers.items import ImportItem, guarded
 
@@ -80,7 +80,7 @@ def task_values(
 ) -> dict:
     spec = read_spec(path)
     notes.extend(f"ignored {line}" for line in spec.ignored)
-    instruction = (path / "instruction.md").read_text().strip()
+    instruction = read_text_file(path / "instruction.md", "instruction.md").strip()
     if not instruction:
         raise TaskInvalid("instruction.md", "is empty")
     if not (path / "tests" / "test.sh").is_file():
@@ -95,7 +95,7 @@ def task_values(
     values = {
         "slug": slug,
         "dataset": slugify(spec.dataset)[:40],
-        "title": spec.title or spec.name,
+        "title": (spec.title or spec.name)[:200],
         "instruction": instruction,
         "layout": Layout.HARBOR,
         "check_command": CHECK,

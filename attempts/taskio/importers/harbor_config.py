@@ -41,6 +41,7 @@ typo or a newer Harbor feature is not silently dropped.
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from attempts.core.errors import TaskInvalid
+from attempts.dispatch.limits import MAX_STAGE_SECONDS
 
 MIB = 1024 * 1024
 DEFAULT_TIMEOUT = 600.0  # Harbor's agent, verifier and build default
@@ -183,7 +185,7 @@ def read_spec(folder: Path) -> HarborSpec:
     name, dataset = _names(task, folder, ignored)
     title = name
     for key, value in metadata.items():
-        if key == "title" and isinstance(value, str) and value.strip():
+        if key == "title" and isinstance(value, str) and value.strip() and "\0" not in value:
             title = value.strip()
         else:
             ignored.append(f"metadata.{key}: {INFORMATIONAL}")
@@ -239,8 +241,10 @@ def parse_size_mb(raw: str) -> int:
     match = _SIZE.match(raw.strip().upper())
     if not match:
         raise ValueError(f"{raw!r} is not a size (Harbor's forms: '512M', '2G', '1.5G')")
-    number, unit = float(match.group(1)), match.group(2)
-    return int(number * {"G": 1024, "M": 1, "K": 1 / 1024}[unit])
+    number = float(match.group(1)) * {"G": 1024, "M": 1, "K": 1 / 1024}[match.group(2)]
+    if number >= 2**31:  # also inf, from a number of 309 digits
+        raise ValueError(f"{raw[:40]!r} is too large (at most {2**31 - 1} MB)")
+    return int(number)
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -256,6 +260,7 @@ def _load(path: Path) -> dict[str, Any]:
 
 
 def _dotted(section: str, key: str) -> str:
+    key = key if key.strip() else repr(key)  # an empty key is named as ''
     return f"{section}.{key}" if section else key
 
 
@@ -279,6 +284,8 @@ def _table(table: dict, key: str, section: str = "") -> dict:
 def _string(value: Any, where: str) -> str:
     if not isinstance(value, str):
         raise TaskInvalid(where, f"{value!r}: expected a string")
+    if "\0" in value:
+        raise TaskInvalid(where, f"{value!r}: holds a NUL byte")
     return value
 
 
@@ -289,24 +296,28 @@ def _optional_string(table: dict, key: str, section: str) -> str:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """A finite number (TOML's nan and inf are not one)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _positive(table: dict, key: str, section: str, default: float) -> float:
+    """Seconds: a positive number, at most MAX_STAGE_SECONDS."""
     if key not in table:
         return float(default)
     value = table[key]
     if not _number(value) or value <= 0:
         raise TaskInvalid(_dotted(section, key), f"{value!r}: expected a positive number")
+    if value > MAX_STAGE_SECONDS:
+        raise TaskInvalid(_dotted(section, key), f"{value!r}: at most {MAX_STAGE_SECONDS:g}")
     return float(value)
 
 
 def _whole(table: dict, key: str, section: str, default: float, *, minimum: int = 1) -> int:
-    """A whole number (Harbor's int fields; 2.0 passes, as pydantic lets it)."""
+    """A whole number (Harbor's int fields; 2.0 passes, as pydantic lets it), up to 2**31."""
     if key not in table:
         return int(default)
     value = table[key]
-    if not _number(value) or value != int(value) or value < minimum:
+    if not _number(value) or value != int(value) or not minimum <= value < 2**31:
         expected = "a positive whole number" if minimum == 1 else "a whole number, 0 or more"
         raise TaskInvalid(_dotted(section, key), f"{value!r}: expected {expected}")
     return int(value)
@@ -368,6 +379,7 @@ def _env(table: dict, section: str) -> dict[str, str]:
             raise TaskInvalid(
                 f"{where}.{name}", f"{value!r}: expected a string (quote numbers and booleans)"
             )
+        _string(value, f"{where}.{name}")
     return dict(env)
 
 

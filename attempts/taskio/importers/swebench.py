@@ -13,6 +13,7 @@ a bare repository, and each also with .git at the end (DIR/owner__name.git, ...)
 from __future__ import annotations
 
 import json
+import shlex
 import tempfile
 from pathlib import Path
 
@@ -56,8 +57,10 @@ def read(
             source = f"{path.name}:{number}"
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                items.append(ImportItem(source, refused=f"line {number} is not JSON: {exc.msg}"))
+            except (ValueError, RecursionError) as exc:  # also too deep, or too long a number
+                deep = isinstance(exc, RecursionError)
+                why = "nested too deeply" if deep else getattr(exc, "msg", str(exc))
+                items.append(ImportItem(source, refused=f"line {number} is not JSON: {why}"))
                 continue
             if not isinstance(row, dict):
                 items.append(ImportItem(source, refused=f"line {number} is not a JSON object"))
@@ -78,10 +81,12 @@ def _test_list(row: dict, key: str) -> list[str]:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             raise TaskInvalid(key, "must be a list of test ids (or a JSON string of one)") from None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise TaskInvalid(key, "must be a list of test ids")
+    if any("\0" in v for v in value):
+        raise TaskInvalid(key, "a test id holds a NUL byte")
     return value
 
 
@@ -114,44 +119,64 @@ def _is_repository(path: Path) -> bool:
     return (path / ".git").exists() or ((path / "HEAD").is_file() and (path / "objects").is_dir())
 
 
+def _text(row: dict, key: str, *, most: int = 10**8) -> str:
+    """A string field of the row: no NUL byte (no database keeps one), at most `most` long."""
+    value = row[key]
+    if not isinstance(value, str):
+        raise TaskInvalid(key, f"must be a string, not {type(value).__name__}")
+    if "\0" in value:
+        raise TaskInvalid(key, "holds a NUL byte")
+    if len(value) > most:
+        raise TaskInvalid(key, f"longer than {most} characters")
+    return value
+
+
 def task_values(row: dict, *, repos_dir: Path | None, image: str, test_cmd: str) -> dict:
     missing = [k for k in REQUIRED if k not in row]
     if missing:
         raise TaskInvalid(missing[0], f"missing (a SWE-bench row needs {', '.join(REQUIRED)})")
+    instance_id = _text(row, "instance_id", most=200)
+    slug = slugify(instance_id)[:100]
+    if not slug:
+        raise TaskInvalid("instance_id", f"{instance_id!r} holds no letter or digit")
+    repo, base_ref = _text(row, "repo", most=1000), _text(row, "base_commit", most=255)
+    instruction, patch = _text(row, "problem_statement"), _text(row, "patch")
+    test_patch = _text(row, "test_patch")
     f2p, p2p = _test_list(row, "FAIL_TO_PASS"), _test_list(row, "PASS_TO_PASS")
     if not f2p:
         raise TaskInvalid("FAIL_TO_PASS", "is empty: nothing would show the fix works")
-    repo_path = find_repo(str(row["repo"]), repos_dir)
+    repo_path = find_repo(repo, repos_dir)
     try:
-        commit = repos.resolve_ref(str(repo_path), str(row["base_commit"]))
+        commit = repos.resolve_ref(str(repo_path), base_ref)
     except TaskInvalid as exc:
         raise TaskInvalid("base_commit", exc.message) from None
     require_image(image, hint="use --image")
     with repos.checked_out(str(repo_path), commit) as tree:  # one checkout for both patches
-        reference_applies_in(tree, row["patch"])
+        reference_applies_in(tree, patch)
         base = [p for p in repos.git("ls-files", "-z", cwd=tree).split("\0") if p]
-        check_files, check_paths, deleted = _files_after(tree, row["test_patch"])
+        check_files, check_paths, deleted = _files_after(tree, test_patch)
     test_files = sorted({t.split("::", 1)[0] for t in f2p + p2p})
     # Every test file the check runs or the test patch touches is reset to the base (plus the
     # hidden files) before the check, so an agent cannot pass by editing a test.
     protected = sorted({*test_files, *check_paths, *deleted})
-    command = (test_cmd or DEFAULT_TEST_CMD).format(files=" ".join(test_files))
+    files = " ".join(shlex.quote(name) for name in test_files)  # a name is one argument
+    command = (test_cmd or DEFAULT_TEST_CMD).format(files=files)
     values = {
-        "slug": slugify(str(row["instance_id"]))[:100],
-        "title": str(row["instance_id"]),
-        "instruction": str(row["problem_statement"]),
+        "slug": slug,
+        "title": instance_id,
+        "instruction": instruction,
         "repo_url": str(repo_path),
-        "base_ref": str(row["base_commit"]),
+        "base_ref": base_ref,
         "base_commit": commit,
         "image": image,
         "check_command": command,
         "check_files": check_files,
         "check_file_paths": check_paths,
-        "reference_patch": row["patch"],
+        "reference_patch": patch,
         "required_tests": f2p + p2p,
         "protected_paths": [glob_literal(p) for p in protected],
         "check_removed_paths": deleted,
-        "source_dir": f"swe-bench:{row['instance_id']}",
+        "source_dir": f"swe-bench:{instance_id}",
     }
     # No honest fix is reset, and the gold patch does not reach into the test runner.
     check_reference_is_honest(values, base, field="patch")
