@@ -72,6 +72,7 @@ bench: install services image
 	cd bench && ../$(PY) sandbox.py -n 10 --write ../docs/PERFORMANCE.md
 	cd bench && ../$(PY) api.py -n 100 --write ../docs/PERFORMANCE.md
 	cd bench && ../$(PY) pools.py -n 30 --write ../docs/PERFORMANCE.md
+	cd bench && ../$(PY) isolation.py -n 5 --write ../docs/PERFORMANCE.md
 
 lint: install
 	$(VENV)/bin/ruff check .

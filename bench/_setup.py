@@ -58,8 +58,12 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
-def create_raw_container(client, task, *, label: str):
-    """The raw baseline's container: docker-py with the same limits Boltz's sandboxes get."""
+def create_raw_container(client, task, *, label: str, runtime: str | None = None):
+    """The raw baseline's container: docker-py with the same limits Boltz's sandboxes get (its
+    disk limit too, where Docker here can hold it), under `runtime` (None: Docker's default)."""
+    from attempts.run.docker.runtime import disk_limit_refusal
+
+    disk = None if disk_limit_refusal() else {"size": str(task.disk_limit + 64 * 1024 * 1024)}
     return client.containers.create(
         task.image_name,
         ["sleep", "infinity"],
@@ -72,6 +76,8 @@ def create_raw_container(client, task, *, label: str):
         memswap_limit=task.memory_bytes,
         nano_cpus=int(task.cpus * 1e9),
         pids_limit=task.pids_limit,
+        storage_opt=disk,
+        runtime=runtime,
         init=True,
         labels={"boltz.bench": label},
     )
