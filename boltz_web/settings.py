@@ -86,6 +86,9 @@ MIDDLEWARE = [
     "attempts.web.middleware.SecurityHeadersMiddleware",
     # A GET on a POST-only page's URL: a page saying what to do, not Django's empty 405.
     "boltz_web.error_pages.MethodNotAllowedPages",
+    # A body over its limit refused (413) from its Content-Length, before anything reads it
+    # (no middleware above reads a body; forms are read by views and CSRF's process_view).
+    "boltz_web.request_limits.RequestBodyLimit",
 ]
 # A form whose CSRF check failed: a page in Boltz's layout with a way back.
 CSRF_FAILURE_VIEW = "boltz_web.error_pages.csrf_failure"
@@ -258,7 +261,9 @@ BOLTZ_SANDBOX_MAX_TTL = env_seconds("BOLTZ_SANDBOX_MAX_TTL", "24h")
 BOLTZ_SANDBOX_DEFAULT_TTL = env_seconds("BOLTZ_SANDBOX_DEFAULT_TTL", "1h")
 BOLTZ_SANDBOX_IDLE_TIMEOUT = env_seconds("BOLTZ_SANDBOX_IDLE_TIMEOUT", "30m")
 BOLTZ_OPS_CONCURRENCY = env_int("BOLTZ_OPS_CONCURRENCY", 8, minimum=1)
-# A file written through the API arrives whole in the request's body.
+# A file written through the API arrives whole in the request's body. Any body over its limit
+# (the API's: this; a page form's: BOLTZ_MAX_UPLOAD_BYTES + 1 MiB) is refused with 413 before
+# it is read (boltz_web/request_limits.py).
 DATA_UPLOAD_MAX_MEMORY_SIZE = BOLTZ_MAX_FILE_BYTES + 1024 * 1024
 CELERY_BEAT_SCHEDULE = {
     "boltz-retention-and-reaper": {
@@ -272,5 +277,11 @@ BOLTZ_MAX_UPLOAD_BYTES = env_bytes("BOLTZ_MAX_UPLOAD_BYTES", "256m")
 # Callbacks go only to public internet addresses; these host names and networks (comma
 # separated: hooks.internal, 10.1.0.0/16, 127.0.0.1) may receive them too.
 BOLTZ_CALLBACK_ALLOW = env_hosts_and_networks("BOLTZ_CALLBACK_ALLOW", "")
+# Every archive Boltz unpacks (task uploads and imports, an API sandbox's archive) is read entry
+# by entry and refused past any of these: its files' bytes together, its entries (files,
+# folders, links), and what its stream expands to over its own size (attempts/taskio/archives.py).
+BOLTZ_MAX_UNPACKED_BYTES = env_bytes("BOLTZ_MAX_UNPACKED_BYTES", "1g")
+BOLTZ_MAX_ARCHIVE_FILES = env_int("BOLTZ_MAX_ARCHIVE_FILES", 100000, minimum=1)
+BOLTZ_MAX_ARCHIVE_RATIO = env_int("BOLTZ_MAX_ARCHIVE_RATIO", 200, minimum=1)
 # Where SWE-bench imports find local clones of their repositories (owner__name folders).
 BOLTZ_SWEBENCH_REPOS = env_str("BOLTZ_SWEBENCH_REPOS", "")

@@ -4,7 +4,9 @@ the OpenAPI document, is `Error`), and the refusals of the services and the work
 
 from __future__ import annotations
 
-from django.http import Http404
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404, HttpResponse, JsonResponse
 from ninja import NinjaAPI, Schema
 from ninja.errors import HttpError, ValidationError
 
@@ -61,6 +63,13 @@ def status_of(refusal: Refusal) -> int:
     return 500
 
 
+def too_large_response(detail: str) -> HttpResponse:
+    """A body refused before any handler ran (by boltz_web/request_limits.py), in the shape
+    and with the status a handler's TooLarge gets."""
+    refusal = TooLarge(detail)
+    return JsonResponse({"detail": refusal.detail, "code": refusal.code}, status=status_of(refusal))
+
+
 def install(api: NinjaAPI) -> None:
     """Answer every error the handlers of `api` let through as the API does."""
 
@@ -85,8 +94,20 @@ def install(api: NinjaAPI) -> None:
     def http_error(request, exc: HttpError):
         code = HTTP_CODES.get(exc.status_code, "invalid")
         detail = NO_TOKEN if exc.status_code == 401 else str(exc)
-        return api.create_response(
+        response = api.create_response(
             request, {"detail": detail, "code": code}, status=exc.status_code
+        )
+        if exc.status_code == 401:  # RFC 9110: a 401 names the scheme that would do
+            response["WWW-Authenticate"] = 'Bearer realm="boltz"'
+        return response
+
+    def body_too_big(request, exc: RequestDataTooBig):  # past DATA_UPLOAD_MAX_MEMORY_SIZE
+        return refused(
+            request,
+            TooLarge(
+                f"the request's body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} "
+                "bytes (BOLTZ_MAX_FILE_BYTES + 1 MiB)"
+            ),
         )
 
     def not_found(request, exc: Http404):
@@ -97,3 +118,4 @@ def install(api: NinjaAPI) -> None:
     api.add_exception_handler(ValidationError, invalid_input)
     api.add_exception_handler(HttpError, http_error)
     api.add_exception_handler(Http404, not_found)
+    api.add_exception_handler(RequestDataTooBig, body_too_big)

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.urls import reverse
 from ninja import Router, Schema
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
 
 from attempts.api.errors import ERRORS
 from attempts.api.fields import documented
@@ -102,7 +102,11 @@ class ActionIn(Schema):
     model_config = ConfigDict(extra="forbid")
     write: dict[str, str] | None = None
     patch: str | None = None
-    run: str | list[str] | None = None
+    run: str | list[str] | None = Field(
+        None,
+        description="a shell command or an argv list: at most "
+        f"{limits.MAX_COMMAND_BYTES} bytes (longer: 413 too_large)",
+    )
     timeout: float | None = documented(
         None,
         f"seconds the run may take (none: {limits.EXEC_TIMEOUT:g}; at most a day)",

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.http import HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 from ninja import NinjaAPI, Query, Schema
-from ninja.security import HttpBearer
+from ninja.security import HttpBearer, django_auth
 from pydantic import Field
 
 from attempts.api import errors
@@ -27,6 +27,7 @@ from attempts.dispatch import limits
 from attempts.dispatch.errors import InvalidRequest, NoCheck, NotFound, TimedOut, TooLarge
 from attempts.dispatch.protocol import ExecAnswer
 from attempts.exports.bundle import check_record
+from attempts.exports.outputs import raw_output_response
 from attempts.models import DONE_STATUSES, Attempt, CheckResult, Task
 from attempts.services import attempts as services
 from attempts.services import deletion, sandboxes
@@ -123,10 +124,22 @@ class SandboxOut(Schema):
     check: CheckOut | None = None
 
 
+COMMAND_BOUND = (
+    f"at most {limits.MAX_COMMAND_BYTES} bytes (its argv's items together); longer: 413 "
+    "too_large. A long script goes in as a file or as stdin"
+)
+
+
 class ExecIn(Schema):
-    command: str | list[str]
+    command: str | list[str] = Field(
+        description=f"a shell command (run by /bin/sh -c) or an argv list; {COMMAND_BOUND}"
+    )
     cwd: str = "."
-    env: dict[str, str] = {}
+    env: dict[str, str] = Field(
+        {},
+        description="variables added to the command's environment: at most "
+        f"{limits.MAX_ENV_BYTES} bytes of NAME=value together (longer: 413 too_large)",
+    )
     timeout: float | None = documented(
         limits.EXEC_TIMEOUT,
         f"seconds the command may run (0 or null: {limits.EXEC_TIMEOUT:g}; at most a day)",
@@ -200,7 +213,11 @@ class CloseIn(Schema):
 
 class AttemptsIn(Schema):
     agent: str
-    command: str = ""
+    command: str = Field(
+        "",
+        description=f"the command agent's command: at most "
+        f"{limits.MAX_COMMAND_BYTES} bytes (longer: 400 invalid)",
+    )
     n: int = documented(1, "attempts to start", ge=1, le=limits.MAX_ATTEMPTS_AT_ONCE)
     callback_url: str = ""
 
@@ -308,7 +325,7 @@ def wait_attempts(request, body: WaitIn):
     if not 0 < body.timeout <= limits.MAX_ATTEMPTS_WAIT:
         raise InvalidRequest("timeout", "give seconds up to an hour")
     many = limits.MAX_WAIT_IDS
-    if not body.ids or len(body.ids) > many or not all(0 < i < 2**63 for i in body.ids):
+    if not body.ids or len(body.ids) > many or not all(0 < i <= limits.MAX_ID for i in body.ids):
         raise InvalidRequest("ids", f"give 1 to {many} attempt ids")
     visible = sandboxes.visible_attempts(request.user).filter(pk__in=body.ids)
     if visible.count() != len(set(body.ids)):
@@ -406,12 +423,30 @@ def _exec_out(request, attempt: Attempt, answer: ExecAnswer) -> dict:
         name = raw.get(stream, "")
         out[f"{stream}_raw"] = (
             request.build_absolute_uri(
-                reverse("attempts:raw-output", args=[attempt.pk, name.rsplit("/", 1)[-1]])
+                reverse("api:raw_output", args=[attempt.pk, name.rsplit("/", 1)[-1]])
             )
             if name
             else ""
         )
     return out
+
+
+@api.get(
+    "/attempts/{attempt_id}/outputs/{name}",
+    response={200: None, **ERRORS},
+    tags=["attempts"],
+    auth=[TokenAuth(), django_auth],
+    url_name="raw_output",
+)
+def raw_output(request, attempt_id: int, name: str):
+    """A command's whole raw output as text: the link an exec answers with in `stdout_raw` and
+    `stderr_raw`. Read with the API token, or in a browser signed in to the pages; either way
+    only its owner (or staff) may."""
+    found = sandboxes.visible_attempts(request.user).filter(pk=attempt_id).first()
+    response = raw_output_response(found.pk, name) if found else None
+    if response is None:
+        raise NotFound(f"attempt {attempt_id} has no output {name!r} (or is not yours)")
+    return response
 
 
 @api.get("/sandboxes/{sandbox_id}/files", response={200: None, **ERRORS}, tags=["files"])

@@ -8,10 +8,52 @@ not these.
 
 from __future__ import annotations
 
+# --- ids -----------------------------------------------------------------------------------------
+# Ids and numbers are 64-bit integers in the database: a larger one given in a URL or a body
+# names nothing (404), and is never sent to the database, which cannot compare it.
+MAX_ID = 2**63 - 1
+
 # --- commands (an exec, a pool step's run) ------------------------------------------------------
 EXEC_TIMEOUT = 600.0  # seconds a command may run when its caller gives no timeout
 MAX_COMMAND_SECONDS = 24 * 3600.0  # the longest timeout a command may be given: a day
 MAX_STAGE_SECONDS = 7 * 24 * 3600.0  # the longest a task's setup, agent or check may be given
+# A command reaches the sandbox as arguments of a process (`/bin/sh -c COMMAND`, or its argv),
+# and Linux takes at most 128 KiB in one argument and 2 MiB in all with the environment: a
+# command (its string, or its argv's items together) and the variables a caller adds to its
+# environment (NAME=value, together) may each have this many bytes. A longer script goes in as
+# a file or as standard input.
+MAX_COMMAND_BYTES = 100 * 1024
+MAX_ENV_BYTES = 100 * 1024
+
+
+def command_bytes(command: str | list[str]) -> int:
+    """A command's size as the sandbox's kernel counts it: its argument strings, with their
+    terminating NULs."""
+    items = [command] if isinstance(command, str) else command
+    return sum(len(str(item).encode("utf-8", errors="surrogatepass")) + 1 for item in items)
+
+
+def command_too_long(command: str | list[str]) -> str:
+    """Why a command is more than a sandbox process takes, or "" when it is not."""
+    size = command_bytes(command)
+    if size <= MAX_COMMAND_BYTES:
+        return ""
+    return (
+        f"{size} bytes, more than the {MAX_COMMAND_BYTES} a command may have (MAX_COMMAND_BYTES):"
+        " write a long script as a file and run that, or send it as standard input"
+    )
+
+
+def environment_too_long(env: dict[str, str]) -> str:
+    """Why variables added to a command's environment are more than it takes, or ""."""
+    size = command_bytes([f"{name}={value}" for name, value in env.items()])
+    if size <= MAX_ENV_BYTES:
+        return ""
+    return (
+        f"{size} bytes of NAME=value, more than the {MAX_ENV_BYTES} a command's added "
+        "environment may have (MAX_ENV_BYTES): pass large values in a file"
+    )
+
 
 # --- how long the web waits for a worker's answer ------------------------------------------------
 OPERATION_MARGIN = 30.0  # room past an operation's own time before the web stops waiting

@@ -17,6 +17,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from django.conf import settings
 from django.core.files import File
@@ -32,6 +33,7 @@ from attempts.exports.workspace import safe_relative, sandbox_owned
 from attempts.models import Actor, Attempt, Event, EventKind
 from attempts.run.docker.runtime import TOOL_ENV, ExecResult, Sandbox, tool_command
 from attempts.run.users import UserRefused, resolve_user
+from attempts.taskio.archives import ArchiveRefused, ArchiveTooLarge, tar_entries
 
 LIVE_FLUSH_BYTES = 4096
 LIVE_FLUSH_SECONDS = 0.5
@@ -66,12 +68,17 @@ RESOLVED_KEPT = 4096
 
 
 def files_tar(
-    entries: dict[str, bytes], *, mode: int = 0o644, owner: tuple[int, int] | None = None
-) -> bytes:
-    """A tar of files (path -> bytes) owned by the sandbox user (or `owner`, uid and gid, for
-    the files), with their parent folders below the top level: a top-level folder such as /tmp
-    is the image's, and Docker would give an existing one the header's owner and mode."""
-    buffer = io.BytesIO()
+    entries: dict[str, bytes | BinaryIO],
+    *,
+    mode: int = 0o644,
+    owner: tuple[int, int] | None = None,
+    out: BinaryIO | None = None,
+) -> bytes | None:
+    """A tar of files (path -> bytes, or a seekable file read from its start) owned by the
+    sandbox user (or `owner`, uid and gid, for the files), with their parent folders below the
+    top level: a top-level folder such as /tmp is the image's, and Docker would give an existing
+    one the header's owner and mode. Its bytes, or None when written into `out`."""
+    buffer = io.BytesIO() if out is None else out
     folders: set[str] = set()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for path, data in entries.items():
@@ -83,14 +90,17 @@ def files_tar(
                     info = tarfile.TarInfo(folder)
                     info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
                     tar.addfile(sandbox_owned(info))
+            if isinstance(data, bytes):
+                data = io.BytesIO(data)
             info = tarfile.TarInfo(path)
-            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+            info.size, info.mode, info.mtime = data.seek(0, io.SEEK_END), mode, int(time.time())
+            data.seek(0)
             info = sandbox_owned(info)
             if owner is not None:
                 info.uid, info.gid = owner
                 info.uname = info.gname = ""
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
+            tar.addfile(info, data)
+    return buffer.getvalue() if out is None else None
 
 
 def nul_list(paths: list[str]) -> bytes:
@@ -575,13 +585,18 @@ def _run_file_script(session: SandboxSession, name: str, args: list[str], *, lim
     return result, collector
 
 
-def _stage(session: SandboxSession, data: bytes) -> str:
-    """Put bytes in the sandbox as a file of the acting user's (mode 0600, an unguessable
-    name in /tmp), for a file script of that user's to take."""
+def _stage(session: SandboxSession, data: bytes | BinaryIO) -> str:
+    """Put bytes (or a seekable file's, streamed) in the sandbox as a file of the acting user's
+    (mode 0600, an unguessable name in /tmp), for a file script of that user's to take."""
     staged = f"/tmp/.boltz-upload-{secrets.token_hex(12)}"
-    session.sandbox.put_archive(
-        "/", files_tar({staged.lstrip("/"): data}, mode=0o600, owner=agent_ids(session))
-    )
+    entries = {staged.lstrip("/"): data}
+    if isinstance(data, bytes):
+        session.sandbox.put_archive("/", files_tar(entries, mode=0o600, owner=agent_ids(session)))
+        return staged
+    with tempfile.TemporaryFile() as outer:
+        files_tar(entries, mode=0o600, owner=agent_ids(session), out=outer)
+        outer.seek(0)
+        session.sandbox.put_archive("/", outer)
     return staged
 
 
@@ -656,41 +671,56 @@ def delete_path(session: SandboxSession, path: str) -> None:
 def upload_archive(session: SandboxSession, path: str, data: bytes) -> int:
     """Unpack a tar into the folder `path`, as the sandbox user: Boltz checks it here (entries
     that would leave the folder, links out of it, anything but files, folders and links are
-    refused; modes lose setuid bits), then the user unpacks it with Boltz's busybox tar, so
-    it makes nothing the user could not make with its own shell, and owns all it makes."""
+    refused; modes lose setuid bits; the archive's limits, taskio/archives.py, hold), then the
+    user unpacks it with Boltz's busybox tar, so it makes nothing the user could not make with
+    its own shell, and owns all it makes. Read and repacked entry by entry, on disk."""
     members = 0
-    out = io.BytesIO()
-    try:
-        source = tarfile.open(fileobj=io.BytesIO(data), mode="r:*")  # noqa: SIM115 - closed below
-    except tarfile.TarError as exc:
-        raise FileOpError("invalid", f"the body is not a tar archive ({exc})") from None
-    with source, tarfile.open(fileobj=out, mode="w") as tar:
-        for member in source:
-            name = safe_relative(member.name.rstrip("/"))
-            if name is None:
-                raise FileOpError("invalid", f"{member.name!r} would leave {path}")
-            if member.issym() or member.islnk():
-                target = posixpath.join(posixpath.dirname(name), member.linkname)
-                if member.linkname.startswith("/") or safe_relative(target) is None:
-                    raise FileOpError("invalid", f"{member.name!r} links outside {path}")
-            if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
-                raise FileOpError("invalid", f"{member.name!r} is not a file, folder or link")
-            info = sandbox_owned(member)
-            info.name = name
-            if member.islnk():
-                info.linkname = safe_relative(member.linkname) or ""
-                if not info.linkname:
-                    raise FileOpError("invalid", f"{member.name!r} links outside {path}")
-            info.mode &= 0o777
-            tar.addfile(info, source.extractfile(member) if member.isfile() else None)
-            members += 1
-    staged = _stage(session, out.getvalue())
+    with tempfile.TemporaryFile() as out:
+        try:
+            with (
+                tar_entries(io.BytesIO(data)) as entries,
+                tarfile.open(fileobj=out, mode="w") as tar,
+            ):
+                for source, member in entries:
+                    tar.addfile(
+                        _upload_entry(member, path),
+                        source.extractfile(member) if member.isfile() else None,
+                    )
+                    members += 1
+        except ArchiveTooLarge as exc:
+            raise FileOpError("too_large", f"the archive {exc}") from None
+        except ArchiveRefused as exc:
+            raise FileOpError(
+                "invalid", f"the body is not a tar archive Boltz can take ({exc})"
+            ) from None
+        staged = _stage(session, out)
     result, _ = _run_file_script(session, "untar", [staged, path])
     _raise_for(result, path)
     session.timeline.add(
         EventKind.FILE, actor=Actor.AGENT, action="upload", path=path, files=members
     )
     return members
+
+
+def _upload_entry(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo:
+    """An uploaded entry as the sandbox user unpacks it; FileOpError if it may not be."""
+    name = safe_relative(member.name.rstrip("/"))
+    if name is None:
+        raise FileOpError("invalid", f"{member.name!r} would leave {path}")
+    if member.issym() or member.islnk():
+        target = posixpath.join(posixpath.dirname(name), member.linkname)
+        if member.linkname.startswith("/") or safe_relative(target) is None:
+            raise FileOpError("invalid", f"{member.name!r} links outside {path}")
+    if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+        raise FileOpError("invalid", f"{member.name!r} is not a file, folder or link")
+    info = sandbox_owned(member)
+    info.name = name
+    if member.islnk():
+        info.linkname = safe_relative(member.linkname) or ""
+        if not info.linkname:
+            raise FileOpError("invalid", f"{member.name!r} links outside {path}")
+    info.mode &= 0o777
+    return info
 
 
 def download_archive(session: SandboxSession, path: str, *, max_bytes: int) -> bytes:

@@ -17,6 +17,7 @@ from attempts.core.errors import TaskInvalid
 from attempts.core.storage import read_stored
 from attempts.core.timeline import Timeline
 from attempts.dispatch import queue as queueing
+from attempts.dispatch.limits import command_too_long
 from attempts.exports.bundle import stream_bundle
 from attempts.exports.datasets import ExportSpec, select_attempts
 from attempts.models import (
@@ -62,6 +63,8 @@ def attempts_create(
     """`count` attempts with the same agent, which is resolved and checked once."""
     require_check(task)
     choice = agents.resolve_agent(task, agent, command, files)
+    if why := command_too_long(choice.command):
+        raise TaskInvalid("command", why)
     if sum(len(d) for d in choice.files.values()) > MAX_AGENT_FILES_BYTES:
         raise TaskInvalid("files", f"agent files may add up to {MAX_AGENT_FILES_BYTES} bytes")
     for name in choice.files:
@@ -87,6 +90,25 @@ def numbered_attempt(task: Task, **fields) -> Attempt:
         attempt = Attempt.objects.create(task=task, number=number, **fields)
     task.next_attempt_number = number + 1
     return attempt
+
+
+def attempt_withdraw(*, attempt_id: int) -> bool:
+    """Undo `numbered_attempt` for an attempt no worker took (a sandbox refused for want of
+    room): its row and timeline go, and its number goes back to its task when no later attempt
+    has taken one since, so a refusal leaves nothing behind. A compare-and-set on `queued`:
+    False, and nothing done, when a worker took it meanwhile."""
+    with transaction.atomic():
+        row = Attempt.objects.filter(pk=attempt_id).values("task_id", "number").first()
+        # Out of `queued` first: a worker's claim (from `queued` only) can no longer take it.
+        if row is None or not Attempt.objects.filter(pk=attempt_id, status=Status.QUEUED).update(
+            status=Status.CANCELLED
+        ):
+            return False
+        Attempt.objects.filter(pk=attempt_id).delete()
+        Task.objects.filter(pk=row["task_id"], next_attempt_number=row["number"] + 1).update(
+            next_attempt_number=row["number"]
+        )
+    return True
 
 
 def _create_one(task: Task, choice: agents.AgentChoice, queue: str | None) -> Attempt:

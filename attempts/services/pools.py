@@ -59,6 +59,7 @@ from attempts.dispatch.limits import (
     MAX_STEPS,
     MAX_STEPS_LIMIT,
     OPERATION_MARGIN,
+    command_too_long,
 )
 from attempts.dispatch.protocol import StepAction, StepRequest
 from attempts.models import (
@@ -323,6 +324,8 @@ def parse_action(action: Any, *, where: str) -> StepAction | None:
                 raise InvalidRequest(f"{where}.run", "give a shell command or an argv list")
         elif not isinstance(run, str) or not run.strip():
             raise InvalidRequest(f"{where}.run", "give a shell command or an argv list")
+        if why := command_too_long(run):
+            raise TooLarge(f"{where}.run: {why}")
         parsed["run"] = run
     timeout = action.get("timeout")
     if timeout is not None:

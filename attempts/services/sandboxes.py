@@ -41,6 +41,7 @@ from attempts.dispatch.errors import (
     SandboxDeleted,
     SandboxNotLive,
     TimedOut,
+    TooLarge,
     WorkerUnreachable,
 )
 from attempts.dispatch.hosts import host_alive
@@ -56,6 +57,8 @@ from attempts.dispatch.limits import (
     OPERATION_MARGIN,
     SANDBOX_WAIT,
     STARTING_GRACE,
+    command_too_long,
+    environment_too_long,
 )
 from attempts.exports.workspace import SANDBOX_UID
 from attempts.models import (
@@ -69,7 +72,7 @@ from attempts.models import (
     Status,
     Task,
 )
-from attempts.services.attempts import numbered_attempt
+from attempts.services.attempts import attempt_withdraw, numbered_attempt
 from attempts.taskio.from_image import image_task
 
 WORKSPACE = "/workspace"
@@ -192,17 +195,20 @@ def sandbox_attempt(
 
 def wait_live(attempt: Attempt, *, wait: float) -> Attempt:
     """The sandbox once it is live; the Refusal that says why not if it could not start, or
-    NoCapacity when no host had room within `wait` seconds (it is then cancelled, never left
-    queued)."""
-    got = wait_live_all([attempt], wait=wait)[attempt.pk]
+    NoCapacity when no host had room within `wait` seconds (it is then withdrawn: no attempt
+    is left of it, and its number is not used up)."""
+    got = wait_live_all([attempt], wait=wait, withdraw=True)[attempt.pk]
     if isinstance(got, Refusal):
         raise got
     return got
 
 
-def wait_live_all(attempts: list[Attempt], *, wait: float) -> dict[int, Attempt | Refusal]:
+def wait_live_all(
+    attempts: list[Attempt], *, wait: float, withdraw: bool = False
+) -> dict[int, Attempt | Refusal]:
     """Wait for several sandboxes at once: for each, the live Attempt or the Refusal that says
-    why not (as `wait_live`)."""
+    why not (as `wait_live`). One that found no room within `wait` is cancelled (a pool's
+    episode keeps its record), or with `withdraw` removed as if never asked for."""
     wait = max(0.0, min(wait, MAX_SANDBOX_WAIT))
     pending = {a.pk for a in attempts}
     got: dict[int, Attempt | Refusal] = {}
@@ -230,7 +236,7 @@ def wait_live_all(attempts: list[Attempt], *, wait: float) -> dict[int, Attempt 
         now = time.monotonic()
         if pending and now >= deadline:
             for pk in list(pending):
-                if _give_up_queued(pk, wait):
+                if attempt_withdraw(attempt_id=pk) if withdraw else _give_up_queued(pk, wait):
                     got[pk] = NoCapacity(
                         f"every host is at capacity; no sandbox was free within {wait:g}s: "
                         "retry later or wait longer",
@@ -423,6 +429,12 @@ def sandbox_exec(
     )
     if isinstance(command, list) and not command or command == "":
         raise InvalidRequest("command", "give a shell command or a non-empty argv")
+    for field, why in (
+        ("command", command_too_long(command)),
+        ("env", environment_too_long(env or {})),
+    ):
+        if why:
+            raise TooLarge(f"{field}: {why}")
     timeout = float(timeout or EXEC_TIMEOUT)
     if not math.isfinite(timeout) or timeout <= 0 or timeout > MAX_COMMAND_SECONDS:
         raise InvalidRequest("timeout", "give a number of seconds up to a day")

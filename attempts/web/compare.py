@@ -15,6 +15,7 @@ from django.utils.html import format_html
 
 from attempts.core import diffview
 from attempts.core.diffview import DiffFile
+from attempts.dispatch.limits import MAX_ID
 from attempts.models import Attempt, EventKind, Task
 from attempts.services.selectors import latest_checks
 from attempts.web import auth, interdiff, patches
@@ -157,6 +158,8 @@ def _tests(a: Attempt, b: Attempt) -> tuple[list[dict], dict]:
 
 def _pick(task: Task, request) -> tuple[Attempt, Attempt]:
     numbers = [int(request.GET["a"]), int(request.GET["b"])]
+    if not all(0 < n <= MAX_ID for n in numbers):
+        raise Http404("no such attempt")
     found = {x.number: x for x in task.attempts.defer("diff").filter(number__in=numbers)}
     if len(found) != len(set(numbers)):
         raise Http404("no such attempt")

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import io
-import posixpath
 
 import unidiff
 from django.contrib.auth.decorators import login_required, permission_required
-from django.core.files.storage import default_storage
 from django.core.paginator import Paginator
 from django.db.models import F
 from django.http import (
-    FileResponse,
     Http404,
     HttpResponse,
     HttpResponseBadRequest,
@@ -20,6 +17,7 @@ from django.http import (
 from django.shortcuts import get_object_or_404, render
 
 from attempts.core import diffview
+from attempts.dispatch.limits import MAX_ID
 from attempts.exports.bundle import bundle_filename
 from attempts.exports.datasets import (
     CHOICES,
@@ -30,6 +28,7 @@ from attempts.exports.datasets import (
     export_meta_lines,
     write_export,
 )
+from attempts.exports.outputs import raw_output_response
 from attempts.models import (
     DONE_STATUSES,
     Agent,
@@ -179,6 +178,7 @@ def _open_commands(attempt: Attempt, raw: str) -> dict[int, Event]:
         seqs = [int(s) for s in raw.split(",") if s][:MAX_OPEN]
     except ValueError:
         return {}
+    seqs = [s for s in seqs if 0 < s <= MAX_ID]
     if not seqs:
         return {}
     starts = attempt.events.filter(kind=EventKind.EXEC, seq__in=seqs)
@@ -328,16 +328,9 @@ def attempt_diff_file(request, pk, index):
 @view_required
 def raw_output(request, pk, name):
     """A command's full raw output, as stored (never rendered as HTML)."""
-    attempt = attempt_or_404(pk)
-    if "/" in name or name.startswith("."):
+    response = raw_output_response(attempt_or_404(pk).pk, name)
+    if response is None:
         raise Http404("no such output")
-    stored = posixpath.join(f"attempts/{attempt.pk}/outputs", name)
-    if not default_storage.exists(stored):
-        raise Http404("no such output")
-    response = FileResponse(
-        default_storage.open(stored, "rb"), content_type="text/plain; charset=utf-8"
-    )
-    response["Content-Disposition"] = f'inline; filename="{name}"'
     return response
 
 
