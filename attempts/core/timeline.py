@@ -6,6 +6,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 
 from attempts.core.errors import AttemptGone
+from attempts.core.redaction import Redactor
 from attempts.models import Actor, Attempt, Event
 
 # What any single event keeps of a free text, so one event never outgrows a row.
@@ -30,11 +31,13 @@ def exec_verdict(data: dict) -> tuple[str, str]:
 
 
 class Timeline:
-    """Appends events to one attempt's timeline, numbering them 1, 2, 3, ..."""
+    """Appends events to one attempt's timeline, numbering them 1, 2, 3, ... `secrets` (the
+    worker's: redaction.secrets_of) are redacted from every string of every event it adds."""
 
-    def __init__(self, attempt_id: int):
+    def __init__(self, attempt_id: int, *, secrets=()):
         self.attempt_id = attempt_id
         self._next: int | None = None
+        self._redactor = Redactor(secrets)
 
     def expect(self, seq: int) -> None:
         """Start numbering at `seq` (a hint: if someone wrote there first, the top is read)."""
@@ -45,6 +48,7 @@ class Timeline:
         return (top or 0) + 1
 
     def add(self, kind: str, actor: str = Actor.SYSTEM, **data) -> Event:
+        data = self._redactor.data(data)
         for _ in range(10):
             if self._next is None:
                 self._next = self._reload()

@@ -7,6 +7,10 @@ of its own and only the base's objects: the agent's git configuration, excludes,
 replace refs and attributes play no part. Ignore rules come only from the .gitignore files in
 the tree, so a change to them shows in the diff.
 
+Secrets (core/redaction.py) are redacted from the files the agent changed before the diff is
+taken: their contents, link targets and names (`redact_tree`). Files the agent left as the base
+has them are not touched.
+
 The check's tree is then built from that patch alone (`checked_tree`): the base with exactly the
 recorded changes applied. What a reviewer reads is, by construction, what was checked.
 """
@@ -18,11 +22,13 @@ import os
 import re
 import stat
 import tarfile
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from attempts.core.protected import Protection, changes_to
+from attempts.core.redaction import REDACTED, Redactor
 from attempts.exports.workspace import ChunkReader, sandbox_owned
 from attempts.taskio import repos
 
@@ -236,6 +242,7 @@ class Changes:
     files: int  # files the patch touches
     protected: list[dict]  # protected paths the agent changed: [{path, change}]
     commits: list[dict]  # commits the agent made on top of the base: [{id, author, subject}]
+    redacted: int = 0  # changed files whose content, link target or name held a secret
 
 
 def record(
@@ -247,16 +254,18 @@ def record(
     protection: Protection,
     max_patch_bytes: int,
     every_file: bool = False,
+    redactor: Redactor | None = None,
 ) -> Changes:
     """Diff the agent's tree against the base, in a repository of Boltz's own. `every_file`
     (a check that runs in place, on the tree itself): no .gitignore hides anything, so the
-    record holds every file the check sees (compiled bytecode aside, which the check removes)."""
+    record holds every file the check sees (compiled bytecode aside, which the check removes).
+    `redactor`: the attempt's secrets, redacted from the files the agent changed first."""
     where = scratch / "record"
     where.mkdir()
     env = _scratch_repository(base_git, where, tree.root)
     patch = scratch / "changes.patch"
-    try:
-        _run("read-tree", base_commit, env=env, cwd=tree.root)
+
+    def stage() -> None:
         if every_file:
             _run("add", "--all", "--force", ".", env=env, cwd=tree.root)
             bytecode = [p for p in listing(env, tree.root) if _BYTECODE.search(p)]
@@ -271,6 +280,22 @@ def record(
                 )
         else:
             _run("add", "--all", ".", env=env, cwd=tree.root)
+
+    redacted = 0
+    try:
+        _run("read-tree", base_commit, env=env, cwd=tree.root)
+        stage()
+        if redactor:  # only what the agent changed: the base's own files stay as they are
+            changed = _run(
+                *("diff", "--cached", "--name-only", "-z", "--no-renames", base_commit),
+                env=env,
+                cwd=tree.root,
+                raw=True,
+            )
+            paths = [os.fsdecode(n) for n in changed.split(b"\0") if n]
+            redacted = redact_tree(tree, paths, redactor)
+            if redacted:
+                stage()
         _run(
             "diff",
             "--cached",
@@ -307,8 +332,90 @@ def record(
         patch_bytes=patch.stat().st_size,
         files=sum(1 for n in names.split(b"\0") if n),
         protected=changes_to(protection, base=base, final=final, ignored=ignored),
-        commits=agent_commits(tree.git_dir, base_commit, scratch),
+        commits=(redactor or Redactor(())).data(agent_commits(tree.git_dir, base_commit, scratch)),
+        redacted=redacted,
     )
+
+
+# How many other names a redacted path may try when its name is taken.
+_MAX_RENAMES = 1000
+
+
+def redact_tree(tree: AgentTree, paths: Iterable[str], redactor: Redactor) -> int:
+    """Redact the secrets from `paths` of the agent's tree (the files and links it changed):
+    each file's content (streamed: any size, any bytes), each link's target, and each name
+    that holds one (the file moves to its redacted name, made unique when it is taken).
+    Returns how many paths held a secret."""
+    touched = 0
+    for rel in sorted(paths):
+        path = tree.root / rel
+        if not os.path.lexists(path):
+            continue  # deleted: the base's
+        found = False
+        if path.is_symlink():
+            target = os.readlink(path)
+            clean = redactor.text(target)
+            if clean != target:
+                path.unlink()
+                os.symlink(clean, path)
+                found = True
+        elif path.is_file():
+            found = _redact_file(path, redactor)
+        name = redactor.text(rel)
+        if name != rel:
+            new = _free_name(tree.root, name)
+            try:
+                (tree.root / new).parent.mkdir(parents=True, exist_ok=True)
+                os.rename(path, tree.root / new)
+            except OSError as exc:  # a name too long once redacted, ...: nothing of it shown
+                raise ChangesUnavailable(
+                    f"a file whose name holds a secret could not be renamed ({exc.strerror})"
+                ) from None
+            tree.paths.discard(rel)
+            tree.paths.add(new)
+            found = True
+        touched += found
+    return touched
+
+
+def _redact_file(path: Path, redactor: Redactor) -> bool:
+    """Redact one regular file of the tree in place; True if it held a secret. Read once to
+    look (most files hold none), and again to write it redacted when one does."""
+    scan = Redactor(redactor.secrets)
+    with path.open("rb") as source:
+        while (chunk := source.read(1 << 20)) and not scan.replaced:
+            scan.feed(chunk)
+    scan.flush()
+    if not scan.replaced:
+        return False
+    stream = Redactor(redactor.secrets)
+    mode = stat.S_IMODE(path.lstat().st_mode)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".boltz-redact-")
+    with path.open("rb") as source, os.fdopen(fd, "wb") as out:
+        while chunk := source.read(1 << 20):
+            out.write(stream.feed(chunk))
+        out.write(stream.flush())
+    os.chmod(temporary, mode)
+    os.replace(temporary, path)
+    redactor.replaced += stream.replaced
+    return True
+
+
+def _free_name(root: Path, name: str) -> str:
+    """`name` (a redacted path) or, when it is taken, or a folder on its way is a file or a
+    link, the same with `[redacted-2]`, `[redacted-3]`, ...: never a path through a link."""
+    for n in range(1, _MAX_RENAMES + 1):
+        candidate = name if n == 1 else name.replace(REDACTED, f"[redacted-{n}]")
+        parts = candidate.split("/")
+        if {"", ".", ".."} & set(parts):
+            raise ChangesUnavailable("a redacted file name is not a path")
+        folders = (root.joinpath(*parts[:i]) for i in range(1, len(parts)))
+        blocked = os.path.lexists(root / candidate) or any(
+            f.is_symlink() or (f.exists() and not f.is_dir()) for f in folders
+        )
+        if not blocked:
+            return candidate
+    raise ChangesUnavailable(f"more than {_MAX_RENAMES} files hold a secret in the same name")
 
 
 def agent_commits(git_dir: Path | None, base_commit: str, scratch: Path) -> list[dict]:

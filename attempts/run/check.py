@@ -654,7 +654,10 @@ class Check:
         self, *, mode: CheckMode, run: CommandRun, score: scoring.Score, files=None
     ) -> CheckResult:
         requested_by = self.requested_by
-        junit = next((data for _, data in scoring.junit_files(files or {})), b"")
+        # What the check reports may quote what the agent made (a test's message, a file's
+        # name) or the check's own secret settings: redacted before any of it is kept.
+        redact = self.agent.redactor
+        junit = redact.whole(next((data for _, data in scoring.junit_files(files or {})), b""))
         # What the check found, kept on its record and said on the timeline alike.
         found = {
             "passed": score.passed,
@@ -669,6 +672,7 @@ class Check:
             "tests_total": score.tests_counted,
             "tests_passed": score.tests_passed,
         }
+        found = redact.data(found)
         with transaction.atomic():
             result = CheckResult.objects.create(
                 attempt=self.attempt,
@@ -684,10 +688,10 @@ class Check:
             TestOutcome.objects.bulk_create(
                 TestOutcome(
                     check_result=result,
-                    name=t.name,
+                    name=redact.text(t.name),
                     outcome=t.outcome,
                     duration=t.duration,
-                    message=t.message,
+                    message=redact.text(t.message),
                 )
                 for t in score.tests
             )
@@ -700,9 +704,9 @@ class Check:
                     or {}
                 )
                 seen = tamper.get("reward_files", [])
-                tamper["reward_files"] = sorted({*seen, *score.ignored_reward_files})
+                tamper["reward_files"] = sorted({*seen, *found["ignored_reward_files"]})
                 if score.verifier_tools:
-                    tamper["verifier_tools"] = score.verifier_tools[:200]
+                    tamper["verifier_tools"] = redact.data(score.verifier_tools[:200])
                 update_attempt(self.attempt, tamper=tamper)
         self.timeline.add(
             EventKind.CHECK, flipped=flipped[:100], **found, notes=score.notes, check=result.pk

@@ -228,7 +228,9 @@ class AttemptRunner:
         self.attempt = attempt
         self.task = attempt.task
         self.work = work or AgentStep()
-        self.timeline = Timeline(attempt.pk)
+        # Never kept in any command's output, event, changes or check result.
+        self.secrets = redaction.secrets_of(attempt)
+        self.timeline = Timeline(attempt.pk, secrets=self.secrets)
         self.session: SandboxSession | None = None
         self.trees: AttemptTrees | None = None
         self.timings: dict[str, float] = {}
@@ -266,7 +268,7 @@ class AttemptRunner:
             self.attempt,
             sandbox,
             should_stop=self.stop_if_asked,
-            secrets=redaction.secrets_of(self.attempt),  # never kept in any command's output
+            secrets=self.secrets,
         )
         return self.session
 
@@ -474,6 +476,7 @@ class AttemptRunner:
     def finish(self, outcome: str, reason: str, score: float | None) -> None:
         """The attempt's final status, outcome and reason, with the event that says so; then
         its end is announced."""
+        reason = redaction.Redactor(self.secrets).text(reason)  # it may quote the agent's work
         if outcome == Outcome.INFRA_ERROR:
             self.timeline.add(EventKind.ERROR, message=reason, infrastructure=True)
         status = Status.CANCELLED if outcome == Outcome.CANCELLED else Status.FINISHED

@@ -27,7 +27,7 @@ from django.db.models import F
 
 from attempts.core.capture import RawBudget, StreamCapture
 from attempts.core.errors import AttemptGone, AttemptStopped, TaskInvalid
-from attempts.core.redaction import Redactor, redactable
+from attempts.core.redaction import Redactor, redact_tar, redactable
 from attempts.core.timeline import Timeline, clip
 from attempts.exports.workspace import safe_relative, sandbox_owned
 from attempts.models import Actor, Attempt, Event, EventKind
@@ -141,7 +141,8 @@ class SandboxSession:
         self.attempt = attempt
         self.sandbox = sandbox
         self.secrets = redactable(secrets)
-        self.timeline = Timeline(attempt.pk)
+        self.redactor = Redactor(self.secrets)  # for whole values (a stream needs its own)
+        self.timeline = Timeline(attempt.pk, secrets=self.secrets)
         self.should_stop = should_stop
 
     @property
@@ -611,7 +612,7 @@ def _raise_for(result, path: str) -> None:
 
 
 def read_file(session: SandboxSession, path: str, *, max_bytes: int) -> bytes:
-    """The bytes of a file, read as the sandbox user."""
+    """The bytes of a file, read as the sandbox user, the attempt's secrets redacted."""
     result, got = _run_file_script(session, "read", [path], limit=max_bytes)
     _raise_for(result, path)
     if got.size > max_bytes:
@@ -619,7 +620,7 @@ def read_file(session: SandboxSession, path: str, *, max_bytes: int) -> bytes:
     session.timeline.add(
         EventKind.FILE, actor=Actor.AGENT, action="read", path=path, bytes=len(got.out)
     )
-    return bytes(got.out)
+    return session.redactor.whole(bytes(got.out))
 
 
 def write_file(session: SandboxSession, path: str, data: bytes, *, mode: int = 0o644) -> None:
@@ -633,6 +634,8 @@ def write_file(session: SandboxSession, path: str, data: bytes, *, mode: int = 0
 
 
 def list_folder(session: SandboxSession, path: str) -> list[dict]:
+    """A folder's entries (name, path, type, size, mode), the attempt's secrets redacted from
+    their names."""
     result, got = _run_file_script(session, "list", [path], limit=16 << 20)
     _raise_for(result, path)
     kinds = {
@@ -649,11 +652,11 @@ def list_folder(session: SandboxSession, path: str) -> list[dict]:
         if len(fields) != 3 or not name.startswith(b"./") or not fields[1].isdigit():
             continue
         kind, size, mode = fields
-        text = name[2:].decode("utf-8", errors="replace")
+        text = session.redactor.text(name[2:].decode("utf-8", errors="replace"))
         entries.append(
             {
                 "name": text,
-                "path": f"{path.rstrip('/')}/{text}",
+                "path": session.redactor.text(f"{path.rstrip('/')}/{text}"),
                 "type": kinds.get(kind, "other"),
                 "size": int(size),
                 "mode": mode.decode(),
@@ -724,13 +727,14 @@ def _upload_entry(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo:
 
 
 def download_archive(session: SandboxSession, path: str, *, max_bytes: int) -> bytes:
-    """A tar of a file or folder, made by the sandbox user (its permissions decide)."""
+    """A tar of a file or folder, made by the sandbox user (its permissions decide), the
+    attempt's secrets redacted from its members' names and contents."""
     result, got = _run_file_script(session, "archive", [path], limit=max_bytes)
     _raise_for(result, path)
     if got.size > max_bytes:
         raise FileOpError("too_large", f"{path} is larger than {max_bytes} bytes as a tar")
-    data = bytes(got.out)
+    data = redact_tar(bytes(got.out), session.redactor)
     session.timeline.add(
         EventKind.FILE, actor=Actor.AGENT, action="download", path=path, bytes=len(data)
     )
-    return bytes(data)
+    return data

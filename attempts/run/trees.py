@@ -18,6 +18,7 @@ from django.core.files.storage import default_storage
 from attempts.core import runner_reach
 from attempts.core.errors import InfrastructureError, TaskInvalid
 from attempts.core.protected import Protection, task_protection
+from attempts.core.redaction import Redactor
 from attempts.exports.workspace import filter_workspace
 from attempts.models import Actor, Attempt, EventKind, RunnerAccess
 from attempts.run import changes
@@ -87,27 +88,33 @@ class AttemptTrees:
         """Read the agent's tree out of its stopped sandbox, diff it against the base on the
         worker, keep the complete patch (and its head for the page), the tamper report (with
         the added code that reaches into the test runner), the agent's commits and the checked
-        tree's files."""
+        tree's files. The attempt's secrets are redacted from the files the agent changed
+        before anything of them is kept (changes.redact_tree)."""
         attempt, timeline = self.attempt, session.timeline
         stream = session.get_archive(self.workdir)
         if stream is None:
             raise ChangesUnavailable(f"{self.workdir} no longer exists in the sandbox")
-        tree = changes.read_tree(
-            stream,
-            self.scratch / "agent",
-            max_bytes=settings.BOLTZ_MAX_TREE_BYTES,
-            max_files=settings.BOLTZ_MAX_TREE_FILES,
-            prefix=changes.archive_prefix(self.workdir),
-        )
-        recorded = changes.record(
-            tree,
-            base_git=self.base_repository(),
-            base_commit=self.task.base_commit,
-            scratch=self.scratch,
-            protection=self.protection,
-            max_patch_bytes=settings.BOLTZ_MAX_TREE_BYTES,
-            every_file=self.task.checks_in_place,
-        )
+        redactor = Redactor(session.secrets)  # the attempt's secrets leave no trace in the record
+        try:
+            tree = changes.read_tree(
+                stream,
+                self.scratch / "agent",
+                max_bytes=settings.BOLTZ_MAX_TREE_BYTES,
+                max_files=settings.BOLTZ_MAX_TREE_FILES,
+                prefix=changes.archive_prefix(self.workdir),
+            )
+            recorded = changes.record(
+                tree,
+                base_git=self.base_repository(),
+                base_commit=self.task.base_commit,
+                scratch=self.scratch,
+                protection=self.protection,
+                max_patch_bytes=settings.BOLTZ_MAX_TREE_BYTES,
+                every_file=self.task.checks_in_place,
+                redactor=redactor,
+            )
+        except ChangesUnavailable as exc:  # its reason may name a file of the agent's
+            raise ChangesUnavailable(redactor.text(exc.reason)) from None
         shutil.rmtree(tree.root, ignore_errors=True)  # what is kept is the patch
         # Code the agent added that reaches into the test runner, named with file and line:
         # read from the whole patch, line by line, in every file the check does not reset.
@@ -144,8 +151,15 @@ class AttemptTrees:
             files=recorded.files,
             bytes=recorded.patch_bytes,
             truncated=recorded.patch_bytes > limit,
+            redacted=recorded.redacted,
             message=f"changes recorded on the worker: {recorded.files} file(s), "
-            f"{recorded.patch_bytes} bytes of patch",
+            f"{recorded.patch_bytes} bytes of patch"
+            + (
+                f"; a secret of the attempt's was [redacted] in {recorded.redacted} of them "
+                "(their content or name), as recorded and checked"
+                if recorded.redacted
+                else ""
+            ),
         )
         if recorded.protected:
             timeline.add(
