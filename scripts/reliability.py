@@ -67,7 +67,7 @@ CASES = [
     Case(
         "Bounded resources",
         "request bodies, ids past 64 bits, huge commands, 401s, raw links, 429s",
-        "tests/test_api_bounds.py",
+        "tests/test_request_limits.py",
     ),
     # Ways in
     Case(
@@ -78,7 +78,7 @@ CASES = [
     Case(
         "No way in through Boltz",
         "a planted secret grepped in every page and export",
-        "tests/test_secret_files.py",
+        "tests/test_secrets_nowhere.py",
     ),
     Case(
         "No way in through Boltz",

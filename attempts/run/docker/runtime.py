@@ -253,6 +253,10 @@ def remove_container(container_id: str) -> bool:
         client().api.remove_container(container_id, force=True, v=True)
     except docker.errors.NotFound:
         return False
+    except docker.errors.APIError as exc:
+        if exc.status_code == 409 and "already in progress" in str(exc):
+            return True  # someone else's removal of it is under way: it goes all the same
+        raise
     return True
 
 
@@ -337,6 +341,13 @@ def _storage_opt(disk_bytes: int) -> dict[str, str] | None:
     if not disk_bytes or disk_limit_refusal():
         return None
     return {"size": str(disk_bytes)}
+
+
+def _host_pids(pids: int) -> int:
+    """The host's limit on a sandbox's processes and threads for the task's `pids`: under
+    gVisor its own kernel's threads count there too, and on its ptrace platform each of the
+    sandbox's threads has a host thread beside it."""
+    return 2 * pids + 256 if settings.BOLTZ_RUNTIME == "runsc" else pids
 
 
 @functools.cache
@@ -433,7 +444,7 @@ class Sandbox:
             mem_limit=spec.memory_bytes,
             memswap_limit=spec.memory_bytes,
             nano_cpus=int(spec.cpus * 1e9),
-            pids_limit=spec.pids_limit,
+            pids_limit=_host_pids(spec.pids_limit),
             storage_opt=_storage_opt(spec.disk_bytes),
             runtime=settings.BOLTZ_RUNTIME or None,
             init=True,
