@@ -251,6 +251,10 @@ def remove_container(container_id: str) -> bool:
         client().api.remove_container(container_id, force=True, v=True)
     except docker.errors.NotFound:
         return False
+    except docker.errors.APIError as exc:
+        # Docker removes it already (a slow storage driver may take minutes): it is going.
+        if exc.status_code != 409 or "already in progress" not in str(exc.explanation):
+            raise
     return True
 
 
