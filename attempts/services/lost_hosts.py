@@ -51,12 +51,13 @@ def end_lost_attempts(*, now=None) -> list[int]:
     its container's removal sent to its host. Returns their ids. Safe to run anywhere, at once
     in several processes: each attempt is ended once (a compare-and-set on its status)."""
     now = now or timezone.now()
+    lost = list(lost_attempts(now=now).only("pk", "status", "host"))
+    if not lost:  # the usual case: one query
+        return []
+    hosts = {attempt.host for attempt in lost}
+    seen = dict(WorkerHost.objects.filter(name__in=hosts).values_list("name", "last_seen"))
     ended = []
-    seen = {
-        h.name: h.last_seen
-        for h in WorkerHost.objects.filter(name__in=lost_attempts(now=now).values("host"))
-    }
-    for attempt in lost_attempts(now=now).only("pk", "status", "host"):
+    for attempt in lost:
         last = seen.get(attempt.host)
         since = f"since {last:%Y-%m-%d %H:%M:%S} UTC" if last else "at all"
         reason = (
