@@ -84,6 +84,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "attempts.web.middleware.SecurityHeadersMiddleware",
+    # Attempts of a host gone silent end before any page or API call reads them.
+    "attempts.web.middleware.LostHostsMiddleware",
     # A GET on a POST-only page's URL: a page saying what to do, not Django's empty 405.
     "boltz_web.error_pages.MethodNotAllowedPages",
     # A body over its limit refused (413) from its Content-Length, before anything reads it

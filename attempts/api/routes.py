@@ -33,6 +33,7 @@ from attempts.services import attempts as services
 from attempts.services import deletion, sandboxes
 from attempts.services.callback_targets import callback_target
 from attempts.services.callbacks import attempt_payload
+from attempts.services.lost_hosts import end_lost_attempts_now_and_then
 from attempts.services.sandboxes import sandbox_for
 from attempts.taskio.from_image import has_check
 
@@ -335,6 +336,7 @@ def wait_attempts(request, body: WaitIn):
         if time.monotonic() > deadline:
             raise TimedOut(f"not every attempt ended within {body.timeout:g}s")
         time.sleep(0.2)
+        end_lost_attempts_now_and_then()  # with no worker left, no one else would
     return [attempt_out(request, a) for a in visible.order_by("pk")]
 
 

@@ -4,6 +4,7 @@ Only worker processes import this module (Celery's `imports`, boltz_web/celery.p
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 
@@ -20,6 +21,8 @@ from attempts.run import director as runner
 from attempts.run import reaper
 from attempts.run.docker import runtime
 from attempts.run.image_builds import use_this_hosts_docker
+from attempts.services.attempts import mark_infra_error
+from attempts.services.lost_hosts import end_lost_attempts
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +39,7 @@ def run_attempt_task(self, attempt_id: int) -> None:
         if self.request.retries < settings.BOLTZ_DOCKER_RETRIES:
             log.warning("Docker unavailable for attempt %s, retrying: %s", attempt_id, exc.reason)
             raise self.retry(countdown=settings.BOLTZ_DOCKER_RETRY_DELAY, exc=exc) from exc
-        runner.mark_infra_error(
+        mark_infra_error(
             attempt_id,
             f"start: Docker daemon unreachable on host {settings.BOLTZ_HOST} after "
             f"{self.request.retries + 1} tries: {exc.reason}",
@@ -91,15 +94,24 @@ HEARTBEAT_SECONDS = 2
 
 
 def _heartbeat() -> None:
-    """Say the host is alive, and watch its attempts' workers: one that went silent is lost."""
+    """Say the host is alive, and watch its attempts' workers: one that went silent is lost;
+    so are the attempts of a host gone silent whole (services/lost_hosts.py)."""
     from attempts.run.heartbeat import register_this_host
 
-    beats = 0
+    beats, missed_at = 0, -math.inf
     while True:
         try:
-            register_this_host(images=False)
-            if beats % 3 == 0:
+            try:
+                register_this_host(images=False)
+            except Exception:
+                missed_at = time.monotonic()
+                raise
+            # Silence says a worker is lost only if this beat was heard all along: while the
+            # database was out of reach (locked, down), every beat was held up, not only theirs.
+            heard = time.monotonic() - missed_at > settings.BOLTZ_LOST_AFTER
+            if beats % 3 == 0 and heard:
                 reaper.reap_silent(settings.BOLTZ_HOST)
+                end_lost_attempts()  # those of any host gone silent whole
         except Exception:  # noqa: BLE001 - a missed beat is retried; it must never stop
             log.exception("heartbeat of host %s failed", settings.BOLTZ_HOST)
         beats += 1

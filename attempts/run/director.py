@@ -637,33 +637,6 @@ def run_claimed(attempt_id: int, *, host: str, work: WorkStage) -> bool:
     return True
 
 
-def mark_infra_error(attempt_id: int, reason: str, *, expected_status: str = Status.QUEUED) -> bool:
-    """End an attempt that no worker is running (still `expected_status`) as an
-    infrastructure error with `reason`. A compare-and-set: False if its status moved on."""
-    with transaction.atomic():  # the final status and its events land together
-        updated = Attempt.objects.filter(pk=attempt_id, status=expected_status).update(
-            status=Status.FINISHED,
-            outcome=Outcome.INFRA_ERROR,
-            failure_reason=reason,
-            finished_at=timezone.now(),
-        )
-        if updated:
-            timeline = Timeline(attempt_id)
-            timeline.add(EventKind.ERROR, message=reason, infrastructure=True)
-            timeline.add(
-                EventKind.LIFECYCLE,
-                status=Status.FINISHED,
-                outcome=Outcome.INFRA_ERROR,
-                reason=reason,
-                message=f"finished: {Outcome.INFRA_ERROR}",
-            )
-    if updated:
-        task_id = Attempt.objects.filter(pk=attempt_id).values_list("task_id", flat=True).first()
-        if task_id:
-            announce(attempt_id, task_id)
-    return bool(updated)
-
-
 def recheck(attempt_id: int, *, by: str) -> None:
     """Run the check again the way the attempt's own check ran (a fresh container from the
     recorded changes, or in place in the kept sandbox); the new result is kept beside the old."""

@@ -3,7 +3,9 @@ worker's host (`register_this_host`, read by attempts/dispatch/hosts.py).
 
 While it runs, a thread of that process writes `Attempt.heartbeat_at` every few seconds. A
 process that dies (killed, out of memory) stops writing, and its host's operations worker,
-which watches, ends the attempt as an infrastructure error within BOLTZ_LOST_AFTER seconds.
+which watches, ends the attempt as an infrastructure error within BOLTZ_LOST_AFTER seconds. A
+host gone silent whole is noticed by any other host's worker or the web process
+(attempts/services/lost_hosts.py).
 """
 
 from __future__ import annotations

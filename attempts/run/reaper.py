@@ -14,9 +14,9 @@ from django.utils import timezone
 
 from attempts.core.timeline import Timeline
 from attempts.models import ACTIVE_STATUSES, DONE_STATUSES, Attempt, EventKind, SandboxState
-from attempts.run.director import mark_infra_error
 from attempts.run.docker import runtime
 from attempts.run.heartbeat import register_this_host
+from attempts.services.attempts import mark_infra_error
 from attempts.services.deletion import attempt_delete, sandbox_delete
 
 log = logging.getLogger(__name__)

@@ -92,6 +92,7 @@ ROUTING_FIELDS = (
     "host",
     "sandbox_state",
     "sandbox_deleted_at",
+    "sandbox_deleted_by",
     "close_requested_at",
 )
 
@@ -281,7 +282,8 @@ def _give_up_queued(pk: int, wait: float) -> bool:
 def _ready(attempt: Attempt) -> None:
     state = sandbox_state(attempt)
     if state == "deleted":
-        raise SandboxDeleted(f"sandbox {attempt.pk} was deleted")
+        by = f" by {attempt.sandbox_deleted_by}" if attempt.sandbox_deleted_by else ""
+        raise SandboxDeleted(f"sandbox {attempt.pk} was deleted{by}")
     if state != "live":
         raise SandboxNotLive(f"sandbox {attempt.pk} is {state}, not live")
     if not host_alive(attempt.host):

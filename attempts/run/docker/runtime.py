@@ -254,9 +254,9 @@ def remove_container(container_id: str) -> bool:
     except docker.errors.NotFound:
         return False
     except docker.errors.APIError as exc:
-        if exc.status_code == 409 and "already in progress" in str(exc):
-            return True  # someone else's removal of it is under way: it goes all the same
-        raise
+        # Docker removes it already (a slow storage driver may take minutes): it is going.
+        if exc.status_code != 409 or "already in progress" not in str(exc.explanation):
+            raise
     return True
 
 
