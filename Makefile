@@ -41,7 +41,7 @@ stop:
 test: install install-train services image
 	scripts/services.sh browser
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest
+	$(PY) -m pytest --junitxml=test-results/junit.xml -o junit_family=xunit1
 
 # The training exports alone (`make test` runs them too): they load with Hugging Face datasets and
 # train a step with TRL on a tiny model, on CPU and offline (the `train` extra).
@@ -53,7 +53,8 @@ test-train: install install-train services image
 RUNSC_TESTS := tests/test_redteam.py tests/test_redteam_round2.py tests/test_redteam_round3.py \
 	tests/test_tamper.py tests/test_exec_users.py tests/test_disk_limits.py
 test-runsc: install services image
-	BOLTZ_RUNTIME=runsc $(PY) -m pytest $(RUNSC_TESTS)
+	BOLTZ_RUNTIME=runsc BOLTZ_REDIS_URL=redis://127.0.0.1:6379/2 $(PY) -m pytest \
+		--junitxml=test-results/junit-runsc.xml -o junit_family=xunit1 $(RUNSC_TESTS)
 
 # The pipeline and page tests again, on PostgreSQL (SQLite is the default everywhere else).
 test-postgres: install services image
@@ -62,6 +63,8 @@ test-postgres: install services image
 
 # docs/RELIABILITY.md: every hostile agent, fault, access case and fuzz target, run and written
 # with what each measured.
+# After `make test` and `make test-runsc`, `scripts/reliability.py --from test-results` writes it
+# from their reports without running anything again.
 reliability: install install-train services image
 	scripts/services.sh browser
 	$(PY) scripts/reliability.py --write docs/RELIABILITY.md

@@ -3,6 +3,10 @@ listed below on the real services, once, and writes each with the command that r
 its tests found (passed of run, time) and the figures they recorded.
 
     .venv/bin/python scripts/reliability.py [--write docs/RELIABILITY.md]   (make reliability)
+    .venv/bin/python scripts/reliability.py --from test-results --write docs/RELIABILITY.md
+
+`--from`: read the reports `make test` (junit.xml) and `make test-runsc` (junit-runsc.xml)
+wrote in that folder instead of running the tests again.
 
 A test records a figure with the `figure` fixture (tests/conftest.py): "54 hostile URLs refused,
 0 delivered". Nothing here is written by hand but the case list: a figure is what a test
@@ -161,7 +165,16 @@ def files_of(cases: list[Case]) -> list[str]:
     return found
 
 
-def row(case: Case, testcases: list[ET.Element]) -> str:
+def tally(mine: list[ET.Element]) -> str:
+    if not mine:
+        return "—"
+    bad = [t for t in mine if t.findall("failure") + t.findall("error")]
+    skipped = [t for t in mine if t.findall("skipped")]
+    passed = len(mine) - len(bad) - len(skipped)
+    return f"{passed} of {len(mine)} passed" + (f", {len(skipped)} skipped" if skipped else "")
+
+
+def row(case: Case, testcases: list[ET.Element], runsc: list[ET.Element] | None) -> str:
     mine = [t for t in testcases if case.holds(t)]
     passed = [
         t for t in mine if not t.findall("failure") + t.findall("error") + t.findall("skipped")
@@ -176,13 +189,16 @@ def row(case: Case, testcases: list[ET.Element]) -> str:
     )
     if not mine:
         result = "no tests found"
+    under_gvisor = ""
+    if runsc is not None:
+        under_gvisor = f" {tally([t for t in runsc if case.holds(t)])} |"
     return (
-        f"| {case.what} | `{case.command}` | {result} ({seconds:.0f} s) | "
+        f"| {case.what} | `{case.command}` | {result} ({seconds:.0f} s) |{under_gvisor} "
         f"{'; '.join(figures).replace('|', '/') or '—'} |"
     )
 
 
-def document(testcases: list[ET.Element]) -> str:
+def document(testcases: list[ET.Element], runsc: list[ET.Element] | None = None) -> str:
     lines = [
         "# Reliability",
         "",
@@ -201,24 +217,40 @@ def document(testcases: list[ET.Element]) -> str:
         )
         + ".",
     ]
+    if runsc is not None:
+        lines += [
+            "",
+            "Under gVisor: the same tests run by `make test-runsc` with BOLTZ_RUNTIME=runsc "
+            "(the hostile agents and the disk limits; the others do not depend on the runtime).",
+        ]
+    gvisor = (" under gVisor |", " --- |") if runsc is not None else ("", "")
     for section in dict.fromkeys(c.section for c in CASES):
         lines += [
             "",
             f"## {section}",
             "",
-            "| case | command | result | figures |",
-            "| --- | --- | --- | --- |",
+            f"| case | command | result |{gvisor[0]} figures |",
+            f"| --- | --- | --- |{gvisor[1]} --- |",
         ]
-        lines += [row(c, testcases) for c in CASES if c.section == section]
+        lines += [row(c, testcases, runsc) for c in CASES if c.section == section]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--write", help="the file to write (else printed)")
+    parser.add_argument("--from", dest="reports", help="a folder of junit.xml reports")
     args = parser.parse_args()
-    root = run(files_of(CASES), {**os.environ})
-    text = document(list(root.iter("testcase")))
+    runsc = None
+    if args.reports:
+        root = ET.parse(Path(args.reports) / "junit.xml").getroot()
+        if (Path(args.reports) / "junit-runsc.xml").is_file():
+            runsc = list(
+                ET.parse(Path(args.reports) / "junit-runsc.xml").getroot().iter("testcase")
+            )
+    else:
+        root = run(files_of(CASES), {**os.environ})
+    text = document(list(root.iter("testcase")), runsc)
     if args.write:
         Path(args.write).write_text(text)
     else:
