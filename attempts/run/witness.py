@@ -1,15 +1,14 @@
 """The witness pipe of one check: where Boltz's pytest plugin sends each test's outcome as it
-ends, read by a collector that the code under test cannot reach.
-
-Before the check, Docker puts a folder and a named pipe (FIFO) into the container, owned by a
-uid of Boltz's own (WITNESS_UID) that runs nothing else: anyone may write to the pipe, nobody
-but that uid may read it, rename it or change its folder. A collector, Boltz's own busybox
-running as that uid, copies every line from the pipe to its output, which Docker streams to the
-worker as it comes. So a line the plugin wrote has left the sandbox before the code under test
-could rewrite anything, and the check's user can neither read the pipe, nor signal the
-collector, nor replace the pipe. After the check, Boltz writes a closing line with a secret
-only the collector knows (it is in its environment, which other uids cannot read), and the
-collector stops there.
+ends, read by a collector that the code under test cannot reach. Before the check, Docker puts
+a folder into the container, owned by a uid of Boltz's own (WITNESS_UID) that runs nothing
+else, and Boltz's busybox makes a named pipe (FIFO) in it as that uid (made inside, as gVisor
+cannot open a pipe made outside it): anyone may write to the pipe, nobody but that uid may read
+it, rename it or change its folder. A collector, Boltz's own busybox running as that uid,
+copies every line from the pipe to its output, which Docker streams to the worker as it comes.
+So a line the plugin wrote has left the sandbox before the code under test could rewrite
+anything, and the check's user can neither read the pipe, nor signal the collector, nor replace
+the pipe. After the check, Boltz writes a closing line with a secret only the collector knows
+(it is in its environment, which other uids cannot read), and the collector stops there.
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ while IFS= read -r line <&3; do
 done
 """
 _CLOSE = r"""printf '%s\n' "$BOLTZ_WITNESS_END" > "$1" """
+_MAKE = r"""mkfifo -m 0622 "$1" """
 
 
 class WitnessPipe:
@@ -56,17 +56,13 @@ class WitnessPipe:
         self.thread: threading.Thread | None = None
 
     def folder_tar(self) -> bytes:
-        """The folder and its pipe, as Docker puts them into the container."""
+        """The folder of the pipe, as Docker puts it into the container."""
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as tar:
             folder = tarfile.TarInfo(self.folder.lstrip("/"))
             folder.type, folder.mode = tarfile.DIRTYPE, 0o711
             folder.uid = folder.gid = WITNESS_UID
             tar.addfile(folder)
-            pipe = tarfile.TarInfo(self.pipe.lstrip("/"))
-            pipe.type, pipe.mode = tarfile.FIFOTYPE, 0o622
-            pipe.uid = pipe.gid = WITNESS_UID
-            tar.addfile(pipe)
         return buffer.getvalue()
 
     def _take(self, stream: str, data: bytes) -> None:
@@ -90,22 +86,28 @@ class WitnessPipe:
         except BaseException as exc:  # noqa: BLE001 - reported by finish()
             self.error = exc
 
+    def _as_witness(self, script: str, name: str, *, timeout: float) -> ExecResult:
+        return self.session.sandbox.exec(
+            tool_command(script, [self.pipe], name=name),
+            timeout=timeout,
+            on_output=lambda _stream, _data: None,
+            environment={**TOOL_ENV, "BOLTZ_WITNESS_END": self.secret},
+            user=f"{WITNESS_UID}:{WITNESS_UID}",
+            workdir="/",
+        )
+
     def start(self) -> None:
         self.session.put_archive(self.folder_tar())
+        made = self._as_witness(_MAKE, "boltz-witness-pipe", timeout=30)
+        if made.exit_code != 0:
+            raise InfrastructureError("could not make the check's witness pipe")
         self.thread = threading.Thread(target=self._collect, name="witness", daemon=True)
         self.thread.start()
 
     def finish(self, blame: Callable[[str], bool]) -> tuple[list[WitnessRun], str]:
         """The pytest runs the witness saw, and a problem if its stream cannot be trusted.
         `blame`: the files whose skips are the agent's doing (see parse_witness_stream)."""
-        closed = self.session.sandbox.exec(
-            tool_command(_CLOSE, [self.pipe], name="boltz-witness-close"),
-            timeout=30,
-            on_output=lambda _stream, _data: None,
-            environment={**TOOL_ENV, "BOLTZ_WITNESS_END": self.secret},
-            user=f"{WITNESS_UID}:{WITNESS_UID}",
-            workdir="/",
-        )
+        closed = self._as_witness(_CLOSE, "boltz-witness-close", timeout=30)
         if self.thread is not None:
             self.thread.join(timeout=60)
         if self.error is not None:
