@@ -95,7 +95,7 @@ def unpack(data: bytes, dest: Path, limits: ArchiveLimits = DEFAULTS) -> tuple[s
     return message, peak
 
 
-def test_a_tar_bomb_of_the_issue_is_refused_for_its_ratio_in_bounded_memory(tmp_path):
+def test_a_tar_bomb_of_the_issue_is_refused_for_its_ratio_in_bounded_memory(tmp_path, figure):
     bomb = gzip_bomb(200 * MIB)  # the issue's: about 204 KB that unpacks to 200 MiB
     assert len(bomb) < 210_000
     message, peak = unpack(bomb, tmp_path / "out")
@@ -103,6 +103,10 @@ def test_a_tar_bomb_of_the_issue_is_refused_for_its_ratio_in_bounded_memory(tmp_
     assert "BOLTZ_MAX_ARCHIVE_RATIO" in message
     assert peak < 4 * MIB  # streamed: never the 200 MiB, nor the 40 MiB it may expand to
     assert not (tmp_path / "out").exists()  # what was unpacked of it is gone
+    figure(
+        f"a {len(bomb) / 1000:.0f} KB tar.gz of {struct.unpack('<I', bomb[-4:])[0] / MIB:.0f} "
+        f"MiB refused for its ratio, in {peak / MIB:.1f} MiB of memory; nothing left"
+    )
 
 
 def test_a_tar_bomb_within_its_ratio_is_refused_at_the_byte_limit(tmp_path):
@@ -121,13 +125,18 @@ def test_bzip2_and_xz_bombs_are_refused_too(tmp_path):
         assert peak < 16 * MIB  # xz's own dictionary is most of it
 
 
-def test_a_zip_bomb_is_refused_for_its_ratio_in_bounded_memory(tmp_path):
+def test_a_zip_bomb_is_refused_for_its_ratio_in_bounded_memory(tmp_path, figure):
     bomb = zip_of({"zeros.bin": bytes(64 * MIB)})
     assert len(bomb) < 100_000
     message, peak = unpack(bomb, tmp_path / "out")
     assert "expands to more than 200 times its own size" in message
     assert peak < 4 * MIB
     assert not (tmp_path / "out").exists()
+    figure(
+        f"a {len(bomb) / 1000:.0f} KB zip of "
+        f"{zipfile.ZipFile(io.BytesIO(bomb)).getinfo('zeros.bin').file_size / MIB:.0f} MiB "
+        f"refused for its ratio, in {peak / MIB:.1f} MiB of memory; nothing left"
+    )
 
 
 def test_a_zip_whose_headers_lie_about_sizes_is_held_to_its_real_bytes(tmp_path):

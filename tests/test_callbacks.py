@@ -452,7 +452,7 @@ def default_web(django_db_setup, django_db_blocker, redis_ready):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_api_and_the_sdk_refuse_every_hostile_url_and_start_nothing(default_web):
+def test_the_api_and_the_sdk_refuse_every_hostile_url_and_start_nothing(default_web, figure):
     from boltz import Client
     from boltz.errors import InvalidRequest as SdkInvalidRequest
 
@@ -481,13 +481,18 @@ def test_the_api_and_the_sdk_refuse_every_hostile_url_and_start_nothing(default_
     assert refused == {"api": len(HOSTILE), "sdk": len(HOSTILE)}
     assert not Attempt.objects.filter(task__slug="hooked").exists()  # nothing was started
     print(f"\n{len(HOSTILE)} hostile callback URLs refused by the API and by the SDK, 0 started")
+    figure(
+        f"{len(HOSTILE)} hostile callback URLs: {refused['api']} refused by the API, "
+        f"{refused['sdk']} by the SDK, "
+        f"{Attempt.objects.filter(task__slug='hooked').count()} attempts started"
+    )
 
 
 # --- the real worker checks again before it delivers ------------------------------------------
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.docker
 @pytest.mark.worker
-def test_the_worker_delivers_to_an_allowed_receiver_and_refuses_the_others_alike(worker):
+def test_the_worker_delivers_to_an_allowed_receiver_and_refuses_the_others_alike(worker, figure):
     """Stored callback URLs (as a row written before this check, or a name that resolved
     elsewhere when given) reach the real worker: the allowed 127.0.0.1 receiver gets its
     signed callback; internal ones get nothing, and their timelines read the same whether
@@ -532,3 +537,8 @@ def test_the_worker_delivers_to_an_allowed_receiver_and_refuses_the_others_alike
     }
     assert said["open"] == said["closed"]
     print(f"\n{len(refused)} internal callback URLs refused at delivery, {len(got)} delivered")
+    figure(
+        f"{len(refused)} internal callback URLs refused by the worker in "
+        f"{sum(len(tries) for tries in refused.values())} tries; the open internal port got "
+        f"{len(got)}, the allowed receiver {len(allowed_got)}"
+    )

@@ -161,7 +161,7 @@ def test_the_web_ends_a_lost_attempt_before_answering_about_it(client, settings,
 @pytest.mark.worker
 @pytest.mark.timeout(300)
 def test_a_host_killed_whole_is_ended_by_another_hosts_beat_and_cleaned_when_it_returns(
-    django_db_setup, docker_ready, redis_ready, load_example, settings
+    django_db_setup, docker_ready, redis_ready, load_example, settings, figure
 ):
     queue, host = _names()
     _, other_host = _names()
@@ -201,6 +201,12 @@ def test_a_host_killed_whole_is_ended_by_another_hosts_beat_and_cleaned_when_it_
         ids += [a.pk for a in after]
         assert [a.outcome for a in wait_finished(after, timeout=120)] == [Outcome.PASSED] * 2
     _assert_nothing_left(ids)
+    figure(
+        f"{len(seconds)} attempts of a SIGKILLed host marked lost by another host "
+        f"{max(seconds):.1f} s after its last beat (lost after {LOST_AFTER} s); "
+        f"{Attempt.objects.filter(pk__in=ids, status__in=DONE_STATUSES).count()} of {len(ids)} "
+        f"ended, {sum(len(containers_of(pk)) for pk in ids)} containers left, all kept"
+    )
 
 
 # --- a host lost whole, with no worker running anywhere -------------------------------------------
@@ -209,7 +215,7 @@ def test_a_host_killed_whole_is_ended_by_another_hosts_beat_and_cleaned_when_it_
 @pytest.mark.worker
 @pytest.mark.timeout(300)
 def test_with_no_worker_running_the_web_ends_a_lost_hosts_attempts(
-    django_db_setup, docker_ready, redis_ready, load_example
+    django_db_setup, docker_ready, redis_ready, load_example, figure
 ):
     queue, host = _names()
     task = load_example("fix-add")
@@ -278,6 +284,12 @@ def test_with_no_worker_running_the_web_ends_a_lost_hosts_attempts(
                 assert closed.status_code == 200, closed.text
             wait_finished(Attempt.objects.filter(pk__in=ids), timeout=60)
     _assert_nothing_left(ids)
+    figure(
+        f"no worker: {len(seconds)} attempts of a SIGKILLed host marked lost by the web "
+        f"{max(seconds):.1f} s after its last beat; "
+        f"{Attempt.objects.filter(pk__in=ids, status__in=DONE_STATUSES).count()} of {len(ids)} "
+        f"ended, {sum(len(containers_of(pk)) for pk in ids)} containers left, all kept"
+    )
 
 
 # --- the database locked under a worker -----------------------------------------------------------
@@ -286,7 +298,7 @@ def test_with_no_worker_running_the_web_ends_a_lost_hosts_attempts(
 @pytest.mark.worker
 @pytest.mark.timeout(240)
 def test_the_database_locked_while_an_attempt_is_recorded_loses_nothing(
-    django_db_setup, docker_ready, redis_ready, load_example
+    django_db_setup, docker_ready, redis_ready, load_example, figure
 ):
     if connection.vendor != "sqlite":
         pytest.skip("holds SQLite's write lock")
@@ -318,3 +330,9 @@ def test_the_database_locked_while_an_attempt_is_recorded_loses_nothing(
     assert any(e.get("exit_code") == 0 and e.get("step") == "agent" for e in ends), ends
     print(f"\nthe worker waited out a {held:.1f}s lock; the attempt passed")
     _assert_nothing_left([attempt.pk, after.pk])
+    figure(
+        f"the database locked {held:.1f} s under a running attempt: {done.outcome}, score "
+        f"{done.score}, {done.events.filter(kind='error').count()} errors, "
+        f"{len(containers_of(attempt.pk)) + len(containers_of(after.pk))} containers left, "
+        "all kept"
+    )

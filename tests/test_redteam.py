@@ -98,7 +98,7 @@ def must_fail(result: dict) -> list[str]:
 # --- holes -------------------------------------------------------------------------------------
 
 
-def test_hole_pytest_obeys_configuration_the_protection_misses(worker, make_task):
+def test_hole_pytest_obeys_configuration_the_protection_misses(worker, make_task, figure):
     """Boltz protects conftest.py anywhere and pytest's configuration files at the top of
     /workspace, and `pytest.py`, `py.py`, `_pytest/`, `pluggy/`. Pytest reads more than that:
     an ini file in the folder it is given (the first one found going up from `tests` wins),
@@ -142,6 +142,10 @@ def test_hole_pytest_obeys_configuration_the_protection_misses(worker, make_task
         ),
     )
     assert not must_fail(result), "\n".join(must_fail(result))
+    figure(
+        f"{len(result)} ways of steering pytest's configuration tried: "
+        f"{sum(a.outcome == Outcome.FAILED for a in result.values())} failed"
+    )
 
 
 def test_hole_the_setup_command_carries_agent_code_into_the_check(worker, make_task):
@@ -558,7 +562,7 @@ def test_holds_odd_names_types_and_git_files_are_recorded_exactly(worker, make_t
     assert b"\r\n" not in calc and b"$Id$" in calc and b"a + b" in calc
 
 
-def test_holds_git_lookalikes_and_replaced_tests_never_pass(worker, make_task):
+def test_holds_git_lookalikes_and_replaced_tests_never_pass(worker, make_task, figure):
     """A `.GIT` folder makes the record fail (git refuses the path): changes unavailable, never
     a pass. The tests folder replaced by a file or by a link (out of the tree, or to the
     agent's own passing tests inside it) is reset before the check."""
@@ -584,3 +588,7 @@ def test_holds_git_lookalikes_and_replaced_tests_never_pass(worker, make_task):
     for label in ("tests_is_a_file", "tests_links_out", "tests_links_in"):
         check = result[label].checks.get()
         assert check.tests.filter(outcome="failed").count() == 1, label
+    figure(
+        f"{len(result)} git lookalikes and replaced tests folders tried: "
+        f"{sum(a.outcome == Outcome.FAILED for a in result.values())} failed"
+    )

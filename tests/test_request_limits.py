@@ -83,7 +83,7 @@ def chunks(total: int, head: bytes = b"", tail: bytes = b""):
 
 
 # --- request bodies -----------------------------------------------------------------------------
-def test_a_100_mb_json_body_gets_a_json_413_naming_the_limit_and_is_never_held(web, people):
+def test_a_100_mb_json_body_gets_a_json_413_naming_the_limit_and_is_never_held(web, people, figure):
     size, limit = 100 * 1000 * 1000, settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     before = peak_memory(web)
     with api(web, people["alice"]) as alice:
@@ -104,9 +104,13 @@ def test_a_100_mb_json_body_gets_a_json_413_naming_the_limit_and_is_never_held(w
     grown = peak_memory(web) - before
     assert grown < 16 * MIB, f"the web process's peak memory grew by {grown >> 20} MiB"
     assert not Attempt.objects.exists()
+    figure(
+        f"a {size / 1e6:.0f} MB JSON body: {answer.status_code}, the web process's peak memory "
+        f"grew {grown / MIB:.1f} MiB, {Attempt.objects.count()} attempts made"
+    )
 
 
-def test_a_page_form_over_its_limit_gets_a_413_page_and_small_ones_go_on(people):
+def test_a_page_form_over_its_limit_gets_a_413_page_and_small_ones_go_on(people, figure):
     new_task("t")
     with run_web({"BOLTZ_MAX_UPLOAD_BYTES": "1m"}) as web, signed_in(web, people["staff"]) as b:
         size = 3 * MIB
@@ -124,10 +128,14 @@ def test_a_page_form_over_its_limit_gets_a_413_page_and_small_ones_go_on(people)
         assert "Content-Security-Policy" in answer.headers  # a page like the others
         assert b.get("/tasks/t/").status_code == 200
     assert not Attempt.objects.exists()
+    figure(
+        f"a {size / MIB:.0f} MiB page form over a 1 MiB limit: {answer.status_code} page, "
+        f"{Attempt.objects.count()} attempts made"
+    )
 
 
 # --- 401 ---------------------------------------------------------------------------------------
-def test_every_401_of_the_api_names_the_bearer_scheme(web):
+def test_every_401_of_the_api_names_the_bearer_scheme(web, figure):
     spec = httpx.get(web + "/api/openapi.json").json()
     answers = 0
     for path, methods in spec["paths"].items():
@@ -140,6 +148,10 @@ def test_every_401_of_the_api_names_the_bearer_scheme(web):
                 assert answer.json()["code"] == "unauthorized"
                 answers += 1
     assert answers >= 2 * 25
+    figure(
+        f"{answers} requests on {len(spec['paths'])} API paths without a valid token: "
+        f"{answers} 401s naming Bearer"
+    )
 
 
 # --- ids past 64 bits ---------------------------------------------------------------------------
@@ -151,7 +163,7 @@ BODIES = {  # a body each route takes, so the id is what is looked at
 }
 
 
-def test_an_id_past_64_bits_is_a_404_on_every_route_and_page(web, people):
+def test_an_id_past_64_bits_is_a_404_on_every_route_and_page(web, people, figure):
     task = new_task("t")
     Attempt.objects.create(task=task, number=1, origin="api", owner=people["staff"]["user"])
     spec = httpx.get(web + "/api/openapi.json").json()
@@ -183,6 +195,10 @@ def test_an_id_past_64_bits_is_a_404_on_every_route_and_page(web, people):
             assert browser.get(url).status_code == 404, url
         opened = browser.get(f"/attempts/{Attempt.objects.get().pk}/timeline/?open={HUGE}")
         assert opened.status_code == 200  # a poll naming no such command: nothing to show
+    figure(
+        f"an id past 64 bits ({HUGE}) on {routes} API routes: {routes} 404s; "
+        f"in a wait: {waited.status_code}"
+    )
 
 
 # --- with a sandbox -----------------------------------------------------------------------------
@@ -194,7 +210,7 @@ def _sandbox(client: httpx.Client) -> int:
 
 @real
 def test_a_command_over_its_bound_is_refused_before_it_reaches_docker(
-    web, worker, people, load_example
+    web, worker, people, load_example, figure
 ):
     load_example("fix-add")
     spec = httpx.get(web + "/api/openapi.json").json()
@@ -234,13 +250,18 @@ def test_a_command_over_its_bound_is_refused_before_it_reaches_docker(
                 f"/api/sandboxes/{sid}/exec", json={"command": 'echo "${#BIG}"', "env": env}
             )
             assert ran.json()["stdout"] == f"{MAX_ENV_BYTES - 6}\n"
+            figure(
+                f"a 60 MB command: {big.status_code}, an argv past the bound: {argv.status_code}; "
+                f"{execs() - before} exec events since, all of the runs at the bound "
+                f"({MAX_COMMAND_BYTES} bytes)"
+            )
         finally:
             alice.post(f"/api/sandboxes/{sid}/close", json={})
 
 
 @real
 def test_raw_output_links_work_with_the_token_and_a_session_for_the_owner_only(
-    web, worker, people, load_example
+    web, worker, people, load_example, figure
 ):
     load_example("fix-add")
     with api(web, people["alice"]) as alice:
@@ -275,6 +296,10 @@ def test_raw_output_links_work_with_the_token_and_a_session_for_the_owner_only(
             page = link.replace(f"/api/attempts/{sid}/", f"/attempts/{sid}/")
             with signed_in(web, people["staff"]) as browser:
                 assert browser.get(page).content == raw.content
+            figure(
+                f"a {len(raw.content)}-byte raw output: the owner's token and session, staff "
+                f"got it; another user {refused.status_code}, no token {anonymous.status_code}"
+            )
         finally:
             alice.post(f"/api/sandboxes/{sid}/close", json={})
 
@@ -291,7 +316,7 @@ def _tar(files: dict[str, bytes]) -> bytes:
 
 @real
 def test_an_archive_bomb_put_into_a_sandbox_is_refused_and_nothing_lands(
-    web, worker, people, load_example
+    web, worker, people, load_example, figure
 ):
     load_example("fix-add")
     with api(web, people["alice"]) as alice:
@@ -312,13 +337,17 @@ def test_an_archive_bomb_put_into_a_sandbox_is_refused_and_nothing_lands(
             assert ok.status_code == 200 and ok.json()["files"] == 1
             read = alice.get(f"/api/sandboxes/{sid}/files", params={"path": "up/a/b.txt"})
             assert read.content == b"hello\n"
+            figure(
+                f"a {len(bomb) / 1000:.0f} KB tar.gz bomb put into a sandbox: {put.status_code}, "
+                f"nothing landed; a small archive after it: {ok.json()['files']} file"
+            )
         finally:
             alice.post(f"/api/sandboxes/{sid}/close", json={})
 
 
 @real
 def test_a_create_refused_for_want_of_room_leaves_no_attempt_and_no_number(
-    web, worker, people, load_example
+    web, worker, people, load_example, figure
 ):
     task = load_example("fix-add")
     with api(web, people["alice"]) as alice:
@@ -340,6 +369,12 @@ def test_a_create_refused_for_want_of_room_leaves_no_attempt_and_no_number(
             assert again.json()["number"] == number  # the next one takes the number after all
             numbers = sorted(Attempt.objects.filter(task=task).values_list("number", flat=True))
             assert numbers == list(range(1, number + 1))  # none skipped
+            figure(
+                f"creates on a full worker: {full.status_code}, Retry-After "
+                f"{full.headers['Retry-After']} s, "
+                f"{Attempt.objects.exclude(pk__in=rows).exclude(pk=held[-1]).count()} rows left; "
+                f"the next one got number {again.json()['number']}, none skipped"
+            )
         finally:
             for sid in held:
                 alice.post(f"/api/sandboxes/{sid}/close", json={})

@@ -340,7 +340,7 @@ def _api_gets(api: httpx.Client, grep: Grep, *, sandbox: int, reads: list[str]) 
 @pytest.mark.worker
 @pytest.mark.timeout(1200)  # two agents, a sandbox and a pool on a shared host, then ~300 fetches
 def test_a_planted_secret_is_on_no_page_in_no_api_answer_and_in_no_export(
-    worker, web, load_example, make_task, tmp_path
+    worker, web, load_example, make_task, tmp_path, figure
 ):
     task_secret = f"stage-{settings.BOLTZ_QUEUE}-key"
     grep = Grep([SECRET, task_secret])
@@ -534,3 +534,8 @@ def test_a_planted_secret_is_on_no_page_in_no_api_answer_and_in_no_export(
     )
     assert grep.found == [], "\n".join(grep.found[:50])
     assert counts["page"] > 100 and counts["api"] > 20 and counts["export"] > 20
+    figure(
+        f"{counts['page']} pages, {counts['api']} API answers, {counts['export']} exports, "
+        f"{counts['kept']} stored files and tables grepped for {len(grep.values)} secrets: "
+        f"{len(grep.found)} occurrences"
+    )

@@ -111,7 +111,7 @@ def agent_output(attempt) -> str:
     return end["stdout"]["head"] + end["stderr"]["head"]
 
 
-def test_forged_passes_fail_and_are_reported(worker, hostile_task):
+def test_forged_passes_fail_and_are_reported(worker, hostile_task, figure):
     task, _base, _fix = hostile_task
     result = run(
         task,
@@ -168,6 +168,11 @@ def test_forged_passes_fail_and_are_reported(worker, hostile_task):
     assert forged.tamper["reward_files"] == ["reward.txt"]
     assert forged.checks.get().ignored_reward_files == ["reward.txt"]
     assert "ignored reward.txt" in " ".join(forged.events.get(kind="check").data["notes"])
+    figure(
+        f"{len(result)} forged passes tried: "
+        f"{sum(a.outcome == Outcome.FAILED for a in result.values())} failed, "
+        f"top score {max(a.score for a in result.values())}"
+    )
 
 
 def test_the_sandbox_holds_no_history_past_the_base(worker, hostile_task):
