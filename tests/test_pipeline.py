@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from django.core.files.storage import default_storage
 
-from attempts.models import Attempt, EventKind, Outcome, SandboxState, Status
+from attempts.models import Attempt, EventKind, Outcome, SandboxState
 from attempts.services.attempts import attempt_create
-from tests.conftest import agent_printing, wait_finished
+from tests.conftest import wait_finished
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]
 
@@ -211,49 +211,6 @@ def test_container_security_settings_follow_the_sandbox_rules(worker, load_examp
     assert "CapEff:\t0000000000000000" in out
     assert "NoNewPrivs:\t1" in out
     assert out.split()[-1] == "lo"  # the only interface: no network
-
-
-def test_container_removed_mid_run_is_an_infrastructure_error(worker, load_example):
-    import time
-
-    from attempts.run.docker import runtime
-
-    task = load_example("fix-add")
-    attempt = attempt_create(task=task, agent="command", command="echo started; sleep 60")
-    deadline = time.monotonic() + 60
-    while not agent_printing(attempt.pk):
-        assert time.monotonic() < deadline, "the agent never started"
-        time.sleep(0.1)
-    attempt.refresh_from_db()
-    assert attempt.status == Status.RUNNING
-    runtime.remove_container(attempt.container_id)
-    attempt = wait_finished([attempt])[0]
-    assert attempt.outcome == Outcome.INFRA_ERROR
-    assert attempt.score is None
-    assert attempt.failure_reason.startswith(("work:", "diff:"))
-    assert "no longer exists" in attempt.failure_reason or "not running" in attempt.failure_reason
-    assert attempt.events.filter(kind=EventKind.ERROR, data__infrastructure=True).exists()
-    assert attempt.sandbox_state == SandboxState.DELETED  # not "stopped and kept": it is gone
-
-
-def test_container_killed_from_outside_is_an_infrastructure_error(worker, load_example):
-    import time
-
-    from attempts.run.docker import runtime
-
-    task = load_example("fix-add")
-    attempt = attempt_create(task=task, agent="command", command="echo started; sleep 60")
-    deadline = time.monotonic() + 60
-    while not agent_printing(attempt.pk):
-        assert time.monotonic() < deadline, "the agent never started"
-        time.sleep(0.1)
-    attempt.refresh_from_db()
-    runtime.client().api.kill(attempt.container_id)  # an operator, not the agent
-    attempt = wait_finished([attempt])[0]
-    assert attempt.outcome == Outcome.INFRA_ERROR and attempt.score is None
-    assert attempt.failure_reason.startswith("work: ")
-    assert "is not running (exit code 137)" in attempt.failure_reason
-    assert attempt.checks.count() == 0
 
 
 def test_setup_runs_before_the_agent_and_a_reward_file_decides_the_score(worker, load_example):

@@ -124,16 +124,19 @@ _opcalls: opcalls.Server | None = None
 @worker_ready.connect
 def start_operations(sender=None, **kwargs) -> None:
     """The operations worker serves the API's calls on this host's live sandboxes (threads of
-    its own, beside Celery's) and says every few seconds that its host is alive: an API call on
-    a sandbox whose host went quiet fails at once instead of waiting."""
+    its own, beside Celery's), says every few seconds that its host is alive (an API call on
+    a sandbox whose host went quiet fails at once instead of waiting), and listens to Docker's
+    events: a live sandbox whose container stopped outside Boltz ends at once."""
     global _opcalls
     if sender is not None and str(getattr(sender, "hostname", "")).startswith("ops-"):
+        from attempts.run import container_watch
         from attempts.run.operations import run_operation
 
         _opcalls = opcalls.Server(
             settings.BOLTZ_HOST, run_operation, settings.BOLTZ_OPS_CONCURRENCY
         ).start()
         threading.Thread(target=_heartbeat, name="boltz-heartbeat", daemon=True).start()
+        container_watch.start()
 
 
 @worker_shutting_down.connect

@@ -402,9 +402,15 @@ class AttemptRunner:
             update_attempt(self.attempt, sandbox_state=SandboxState.STOPPED)
             self.timeline.add(EventKind.LIFECYCLE, message="sandbox stopped and kept for review")
         except SandboxGone:
-            update_attempt(self.attempt, sandbox_state=SandboxState.DELETED)
+            record_gone(self.attempt.pk)
         except InfrastructureError as exc:
-            self.timeline.add(EventKind.ERROR, message=f"could not stop the sandbox: {exc.reason}")
+            # Docker did not answer (its daemon restarting, which stops every container): the
+            # sandbox is kept as Docker left it, never shown live, nor re-checking, forever.
+            update_attempt(self.attempt, sandbox_state=SandboxState.STOPPED)
+            self.timeline.add(
+                EventKind.ERROR,
+                message=f"could not stop the sandbox: {exc.reason}; it is kept as Docker left it",
+            )
 
     # --- the whole attempt ----------------------------------------------------------------------
     def run(self) -> None:
@@ -635,6 +641,40 @@ def run_claimed(attempt_id: int, *, host: str, work: WorkStage) -> bool:
     attempt = Attempt.objects.select_related("task").get(pk=attempt_id)
     AttemptRunner(attempt, work=work).run()
     return True
+
+
+GONE_BY = "outside Boltz (its container was removed)"
+
+
+def record_gone(attempt_id: int, *, kept_only: bool = False, container: str = "", now=None) -> bool:
+    """The attempt's sandbox is gone: its container was removed outside Boltz (`docker rm`),
+    found by a Docker call that needed it, the events listener or the reaper. Marked deleted,
+    by GONE_BY, with an event that says so, so no page offers what needs it (a re-check, a
+    delete). `kept_only`: only a sandbox stopped and kept (not one a re-check holds);
+    `container`: only if that is its container. False if it was marked already, or deleted
+    by Boltz."""
+    gone = Attempt.objects.filter(pk=attempt_id, sandbox_deleted_at__isnull=True).exclude(
+        sandbox_state=SandboxState.DELETED
+    )
+    if kept_only:
+        gone = gone.filter(sandbox_state=SandboxState.STOPPED)
+    if container:
+        gone = gone.filter(container_id=container)
+    with transaction.atomic():  # the state and the event that explains it land together
+        marked = gone.update(
+            sandbox_state=SandboxState.DELETED,
+            sandbox_deleted_at=now or timezone.now(),
+            sandbox_deleted_by=GONE_BY,
+        )
+        if marked:
+            Timeline(attempt_id).add(
+                EventKind.LIFECYCLE,
+                message="the sandbox is gone: its container was removed outside Boltz "
+                "(docker rm); the record, diff and checks stay, but a re-check is no longer "
+                "possible",
+                sandbox="gone",
+            )
+    return bool(marked)
 
 
 def recheck(attempt_id: int, *, by: str) -> None:

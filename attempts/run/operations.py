@@ -15,7 +15,7 @@ import dataclasses
 import logging
 import posixpath
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.utils import timezone
@@ -50,6 +50,7 @@ from attempts.models import (
     Status,
     Task,
 )
+from attempts.run import container_watch
 from attempts.run import session as files
 from attempts.run.changes import ChangesUnavailable
 from attempts.run.director import (
@@ -68,6 +69,8 @@ from attempts.taskio.from_image import has_check
 log = logging.getLogger(__name__)
 
 HOLD_POLL_SECONDS = 0.25
+# Why a hold ended when its container stopped outside Boltz (container_watch.py).
+STOPPED_OUTSIDE = "its container stopped outside Boltz"
 
 
 # --- the holder ---------------------------------------------------------------------------------
@@ -91,6 +94,9 @@ class ClientHold(WorkStage):
             message=f"sandbox live for {attempt.agent or 'an API client'}",
         )
         why = self._wait_for_close(director)
+        while why == STOPPED_OUTSIDE:
+            self._ended_outside(director)  # raises, unless it runs again
+            why = self._wait_for_close(director)
         # A container that died while live (killed, its host's fault) is no outcome of the
         # client's: the attempt is an infrastructure error. Not even memory is blamed on the
         # client here: Docker's OOMKilled says that some process of the container was killed
@@ -99,12 +105,29 @@ class ClientHold(WorkStage):
         director.timeline.add(EventKind.LIFECYCLE, message=f"closing: {why}")
         return None
 
+    def _ended_outside(self, director: AttemptRunner) -> None:
+        """The events listener saw the container stop, and not by Boltz's doing
+        (container_watch.py): the attempt ends as an infrastructure error, a pool's episode as
+        failed. A container running again (an operator started it) is live again."""
+        attempt = director.attempt
+        try:
+            director.session.ensure_running()
+        except InfrastructureError as exc:
+            if attempt.pool_id:
+                end_episode(attempt.pk, "failed")
+            raise SandboxGone(
+                "the sandbox's container stopped while it was live, and not by Boltz (docker "
+                f"kill or rm, or its Docker daemon restarted): {exc.reason}"
+            ) from None
+        Attempt.objects.filter(pk=attempt.pk).update(sandbox_state=SandboxState.LIVE)
+
     def checks(self, director: AttemptRunner) -> bool:
         return director.attempt.close_with_check and has_check(director.task)
 
     def _wait_for_close(self, director: AttemptRunner) -> str:
-        """Until the client closes the sandbox or its time to live or idle time runs out
-        (returns why), or a reviewer stops it (AttemptStopped, as a running agent is)."""
+        """Until the client closes the sandbox, its time to live or idle time runs out, or its
+        container stops outside Boltz (returns why: STOPPED_OUTSIDE for the last), or a
+        reviewer stops it (AttemptStopped, as a running agent is)."""
         while True:
             row = (
                 Attempt.objects.filter(pk=director.attempt.pk)
@@ -115,10 +138,13 @@ class ClientHold(WorkStage):
                     "expires_at",
                     "idle_timeout",
                     "last_used_at",
+                    "sandbox_state",
                 )
                 .first()
             )
             director.stop_if_asked(row)
+            if row["sandbox_state"] != SandboxState.LIVE:
+                return STOPPED_OUTSIDE
             now = timezone.now()
             if row["close_requested_at"]:
                 director.attempt.close_with_check = row["close_with_check"]
@@ -134,23 +160,50 @@ class ClientHold(WorkStage):
 # --- operations ----------------------------------------------------------------------------------
 def run_operation(attempt_id: int, request: p.Request) -> p.Answer:
     """Do one operation on a live API sandbox: its answer, or a Refusal (errors.py) raised,
-    which the operation call carries back to its caller."""
-    try:
-        if isinstance(request, p.StepRequest):  # the web has found it live and taken the step
-            return _step(attempt_id, request)
-        attempt, session = _live_session(attempt_id)
-        handler = OPERATIONS[type(request)]
-        return handler(attempt, session, _in_workdir(request, session.workdir))
-    except FileOpError as exc:
-        raise _file_refusal(exc) from None
-    except ChangesUnavailable as exc:
-        raise ChangesUnreadable(f"changes unavailable: {exc.reason}") from None
-    except TaskInvalid as exc:  # the task's user is not (any more) in the sandbox's image
-        raise TaskNotRunnable(f"{exc.field}: {exc.message}") from None
-    except (SandboxGone, InfrastructureError) as exc:
-        raise InfrastructureFault(f"infrastructure error: {exc.reason}") from None
-    except AttemptGone:
-        raise SandboxDeleted("the sandbox was deleted") from None
+    which the operation call carries back to its caller. A container that stops meanwhile is
+    judged when it ends (container_watch.py); one that failed it is not a use of the sandbox
+    (its idle time goes on)."""
+    used = None
+    with container_watch.operating(attempt_id):
+        try:
+            if isinstance(request, p.StepRequest):  # the web has found it live, taken the step
+                used = _Use(attempt_id, request.container, None, None)
+                return _step(attempt_id, request)
+            attempt, session, used = _live_session(attempt_id)
+            handler = OPERATIONS[type(request)]
+            return handler(attempt, session, _in_workdir(request, session.workdir))
+        except FileOpError as exc:
+            raise _file_refusal(exc) from None
+        except ChangesUnavailable as exc:
+            raise ChangesUnreadable(f"changes unavailable: {exc.reason}") from None
+        except TaskInvalid as exc:  # the task's user is not (any more) in the sandbox's image
+            raise TaskNotRunnable(f"{exc.field}: {exc.message}") from None
+        except (SandboxGone, InfrastructureError) as exc:
+            if used is not None:
+                used.failed()
+            raise InfrastructureFault(f"infrastructure error: {exc.reason}") from None
+        except AttemptGone:
+            raise SandboxDeleted("the sandbox was deleted") from None
+
+
+@dataclasses.dataclass
+class _Use:
+    """One operation's use of a live sandbox: its container, and the "last used" it wrote
+    (None if it wrote none) over the one before."""
+
+    attempt_id: int
+    container: str
+    before: datetime | None
+    wrote: datetime | None
+
+    def failed(self) -> None:
+        """The operation failed on its container: the container is judged when the operation
+        ends, and the sandbox's "last used" is put back as it was."""
+        container_watch.suspect(self.attempt_id, self.container)
+        if self.wrote is not None:
+            Attempt.objects.filter(pk=self.attempt_id, last_used_at=self.wrote).update(
+                last_used_at=self.before
+            )
 
 
 def _in_workdir(request: p.Request, workdir: str) -> p.Request:
@@ -196,7 +249,7 @@ LIVE_FIELDS = (
 LAST_USED_PRECISION = timedelta(seconds=1)
 
 
-def _live_session(attempt_id: int) -> tuple[Attempt, SandboxSession]:
+def _live_session(attempt_id: int) -> tuple[Attempt, SandboxSession, _Use]:
     attempt = (
         Attempt.objects.select_related("task")
         .only(*LIVE_FIELDS, *(f"task__{name}" for name in SESSION_TASK_FIELDS))
@@ -209,15 +262,20 @@ def _live_session(attempt_id: int) -> tuple[Attempt, SandboxSession]:
         raise SandboxDeleted(f"sandbox {attempt_id} was deleted")
     if attempt.status != Status.RUNNING or attempt.close_requested_at:
         raise SandboxNotLive(f"sandbox {attempt_id} is {attempt.status}, not live")
+    if attempt.sandbox_state != SandboxState.LIVE:  # container_watch.py saw it stop
+        raise InfrastructureFault(
+            "infrastructure error: the sandbox is ending: its container stopped outside Boltz"
+        )
     if attempt.host != settings.BOLTZ_HOST:
         raise InfrastructureFault(f"sandbox {attempt_id} lives on {attempt.host}")
-    now = timezone.now()
+    now, wrote = timezone.now(), None
     if attempt.last_used_at is None or now - attempt.last_used_at >= LAST_USED_PRECISION:
         Attempt.objects.filter(pk=attempt.pk).update(last_used_at=now)
+        wrote = now
     session = SandboxSession(
         attempt, Sandbox(attempt.container_id), secrets=redaction.secrets_of(attempt)
     )
-    return attempt, session
+    return attempt, session, _Use(attempt.pk, attempt.container_id, attempt.last_used_at, wrote)
 
 
 def _whole(attempt: Attempt) -> Attempt:

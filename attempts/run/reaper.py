@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from attempts.core.timeline import Timeline
 from attempts.models import ACTIVE_STATUSES, DONE_STATUSES, Attempt, EventKind, SandboxState
+from attempts.run.director import record_gone
 from attempts.run.docker import runtime
 from attempts.run.heartbeat import register_this_host
 from attempts.services.attempts import mark_infra_error
@@ -171,39 +172,16 @@ def reap_host(host: str | None = None, now=None) -> dict:
     return {"host": host, "lost": lost, "removed": removed, "gone": gone}
 
 
-GONE_BY = "outside Boltz (its container was removed)"
-
-
 def mark_gone(kept: list[int], containers: list[tuple[dict, int | None]], *, now) -> list[int]:
     """Kept sandboxes whose container is no longer on the host (removed from outside Boltz,
-    with `docker rm`): marked deleted, with an event that says so, so the page offers nothing
-    that needs them. Returns their attempt ids."""
+    with `docker rm`, while no events listener was there to see it): marked deleted, with an
+    event that says so, so the page offers nothing that needs them. Returns their attempt ids."""
     present = {
         attempt_id
         for container, attempt_id in containers
         if container["labels"].get(runtime.LABEL_ROLE) != "check"
     }
-    gone = []
-    for attempt_id in kept:
-        if attempt_id in present:
-            continue
-        with transaction.atomic():
-            marked = Attempt.objects.filter(
-                pk=attempt_id, sandbox_state=SandboxState.STOPPED, sandbox_deleted_at__isnull=True
-            ).update(
-                sandbox_state=SandboxState.DELETED,
-                sandbox_deleted_at=now,
-                sandbox_deleted_by=GONE_BY,
-            )
-            if marked:
-                Timeline(attempt_id).add(
-                    EventKind.LIFECYCLE,
-                    message="the kept sandbox is gone: its container was removed outside "
-                    "Boltz (docker rm); the record, diff and checks stay, but a re-check is "
-                    "no longer possible",
-                    sandbox="gone",
-                )
-                gone.append(attempt_id)
+    gone = [i for i in kept if i not in present and record_gone(i, kept_only=True, now=now)]
     for attempt_id in gone:
         log.warning("reaper: the kept sandbox of attempt %s was removed outside Boltz", attempt_id)
     return gone

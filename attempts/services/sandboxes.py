@@ -94,6 +94,8 @@ ROUTING_FIELDS = (
     "sandbox_deleted_at",
     "sandbox_deleted_by",
     "close_requested_at",
+    "outcome",
+    "failure_reason",
 )
 
 
@@ -114,7 +116,9 @@ def sandbox_state(attempt: Attempt) -> str:
     if attempt.status in DONE_STATUSES:
         return "closed"
     if attempt.status == Status.RUNNING and not attempt.close_requested_at:
-        return "live"
+        # Its container stopped outside Boltz (the worker's events listener saw it): its
+        # holder is ending it as an infrastructure error.
+        return "live" if attempt.sandbox_state == SandboxState.LIVE else "closing"
     if attempt.close_requested_at:
         return "closing"
     return "starting"
@@ -285,9 +289,24 @@ def _ready(attempt: Attempt) -> None:
         by = f" by {attempt.sandbox_deleted_by}" if attempt.sandbox_deleted_by else ""
         raise SandboxDeleted(f"sandbox {attempt.pk} was deleted{by}")
     if state != "live":
+        _raise_if_infrastructure_ended(attempt)
         raise SandboxNotLive(f"sandbox {attempt.pk} is {state}, not live")
     if not host_alive(attempt.host):
         raise InfrastructureFault(f"the sandbox's host {attempt.host} has not been heard from")
+
+
+def _raise_if_infrastructure_ended(attempt: Attempt) -> None:
+    """A sandbox that an infrastructure fault ended (its container killed outside Boltz, its
+    Docker daemon restarted) answers as the fault did, with its reason: never as one its client
+    closed. (One whose container is gone was deleted: 410, saying by whom.)"""
+    if attempt.outcome == Outcome.INFRA_ERROR:
+        raise InfrastructureFault(
+            f"infrastructure error: the sandbox ended: {attempt.failure_reason}"
+        )
+    if attempt.status == Status.RUNNING and attempt.sandbox_state != SandboxState.LIVE:
+        raise InfrastructureFault(
+            "infrastructure error: the sandbox is ending: its container stopped outside Boltz"
+        )
 
 
 def operate(attempt: Attempt, request: p.Request, *, timeout: float) -> p.Answer:

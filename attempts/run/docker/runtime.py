@@ -57,7 +57,14 @@ _client: docker.DockerClient | None = None
 def _translate(exc: Exception) -> InfrastructureError:
     if isinstance(exc, docker.errors.NotFound):
         return SandboxGone(f"Docker object not found: {exc.explanation or exc}")
-    if isinstance(exc, requests.exceptions.ConnectionError | docker.errors.DockerException):
+    # No daemon on its socket, or it went away in the middle of an answer.
+    if isinstance(
+        exc, requests.exceptions.ConnectionError | requests.exceptions.ChunkedEncodingError
+    ):
+        return DockerUnavailable(
+            f"Docker daemon unreachable (stopped, or restarting: its containers stop): {exc}"
+        )
+    if isinstance(exc, docker.errors.DockerException):
         if isinstance(exc, docker.errors.APIError) and exc.status_code and exc.status_code < 500:
             return InfrastructureError(f"Docker refused the request: {exc.explanation or exc}")
         return DockerUnavailable(f"Docker daemon unreachable or failing: {exc}")
@@ -248,7 +255,8 @@ def remove_attempt_containers(attempt_id: int) -> int:
 
 @docker_call
 def remove_container(container_id: str) -> bool:
-    """Kill and remove a container; True if it existed."""
+    """Kill and remove a container; True if it existed. One whose removal is already in
+    progress (a delete's removal racing its holder's) is going: that is done too."""
     try:
         client().api.remove_container(container_id, force=True, v=True)
     except docker.errors.NotFound:
@@ -362,6 +370,79 @@ def _tmp_keeper() -> bytes:
 
 
 @dataclass(frozen=True)
+class ContainerEvent:
+    """What Docker says happened to one of this host's containers of this Boltz instance."""
+
+    action: str  # "die" (it stopped), "destroy" (it was removed) or "oom" (a process killed)
+    container: str  # its id
+    attempt_id: int | None
+    role: str  # "agent", "check", "rebuild" or "snapshot"
+    exit_code: int | None  # of a "die"
+    at: float  # when, by the daemon's clock (seconds since the epoch)
+
+
+class ContainerEvents:
+    """Docker's stream of die, destroy and oom events of this host's containers of this Boltz
+    instance, as ContainerEvent items, from the moment it is made. Iterating it raises
+    DockerUnavailable when the daemon goes away (stopped, restarted) or it is closed; `close()`
+    ends it from another thread. A connection of its own: it waits on no one's calls."""
+
+    ACTIONS = ("die", "destroy", "oom")
+
+    @docker_call
+    def __init__(self):
+        self._api = docker.from_env(timeout=30).api
+        self._api.trust_env = False
+        filters = {
+            "type": "container",
+            "event": list(self.ACTIONS),
+            "label": [
+                f"{LABEL_INSTANCE}={settings.BOLTZ_INSTANCE}",
+                f"{LABEL_HOST}={settings.BOLTZ_HOST}",
+            ],
+        }
+        self._stream = self._api.events(decode=True, filters=filters)
+
+    def __iter__(self) -> Iterator[ContainerEvent]:
+        try:
+            for raw in self._stream:
+                if raw.get("Action") in self.ACTIONS:
+                    yield _container_event(raw)
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise DockerUnavailable(f"Docker's event stream broke: {exc}") from exc
+        except (OSError, ValueError, AttributeError) as exc:  # a stream closed under it
+            raise DockerUnavailable(f"Docker's event stream broke: {exc!r}") from exc
+        raise DockerUnavailable("Docker's event stream ended (the daemon stopped)")
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):  # closing what may be half broken already
+            self._stream.close()
+        with contextlib.suppress(Exception):
+            self._api.close()
+
+
+def _container_event(raw: dict) -> ContainerEvent:
+    attributes = (raw.get("Actor") or {}).get("Attributes") or {}
+    try:
+        attempt_id = int(attributes.get(LABEL_ATTEMPT, ""))
+    except ValueError:
+        attempt_id = None
+    try:
+        exit_code = int(attributes["exitCode"])
+    except (KeyError, ValueError):
+        exit_code = None
+    nano = raw.get("timeNano")
+    return ContainerEvent(
+        action=raw["Action"],
+        container=(raw.get("Actor") or {}).get("ID") or raw.get("id", ""),
+        attempt_id=attempt_id,
+        role=attributes.get(LABEL_ROLE, ""),
+        exit_code=exit_code,
+        at=nano / 1e9 if nano else float(raw.get("time") or time.time()),
+    )
+
+
+@dataclass(frozen=True)
 class SandboxSpec:
     """Everything needed to create one attempt's container."""
 
@@ -464,8 +545,11 @@ class Sandbox:
 
     @docker_call
     def stop(self, timeout: int = 2) -> None:
-        """Stop and keep the container. Raises SandboxGone if it no longer exists."""
+        """Stop and keep the container. Raises SandboxGone if it no longer exists, or is
+        being removed (`docker rm -f` from outside: its stop may succeed meanwhile)."""
         client().api.stop(self.id, timeout=timeout)
+        if self.state().get("Status") == "removing":
+            raise SandboxGone(f"container {self.id[:12]} is being removed")
 
     def remove(self) -> None:
         remove_container(self.id)
