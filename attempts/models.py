@@ -457,6 +457,11 @@ class Attempt(models.Model):
             ("reset", "reset before it ended"),
         ],
     )
+    queue = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="The Celery queue it was sent to; sent there again if Redis lost it.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

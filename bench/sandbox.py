@@ -50,7 +50,7 @@ def main() -> None:
 
         task.check_mode = mode
         task.save(update_fields=["check_mode"])
-        with mock.patch("attempts.services.attempts.attempt_enqueue"):
+        with mock.patch("attempts.services.attempts.attempts_enqueue"):
             attempt = attempt_create(task=task, agent="reference")
         run_attempt(attempt.pk, host=settings.BOLTZ_HOST)
         attempt.refresh_from_db()

@@ -86,6 +86,8 @@ MIDDLEWARE = [
     "attempts.web.middleware.SecurityHeadersMiddleware",
     # Attempts of a host gone silent end before any page or API call reads them.
     "attempts.web.middleware.LostHostsMiddleware",
+    # Redis down while a page needed the workers: a 503 page saying nothing started, not a 500.
+    "attempts.web.middleware.WorkersUnreachablePages",
     # A GET on a POST-only page's URL: a page saying what to do, not Django's empty 405.
     "boltz_web.error_pages.MethodNotAllowedPages",
     # A body over its limit refused (413) from its Content-Length, before anything reads it
@@ -188,8 +190,30 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = False  # a lost worker's attempt is marked by the reaper
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# Longer than any attempt, or Redis would hand a running attempt to a second worker.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("BOLTZ_VISIBILITY_TIMEOUT", 43200)}
+# The longest a command to Redis may take (connecting, or waiting for its answer) before Redis is
+# taken as unreachable: a request that needs it then answers 503 within a few seconds instead of
+# hanging on a Redis that accepts connections but never answers.
+BOLTZ_REDIS_TIMEOUT = env_seconds("BOLTZ_REDIS_TIMEOUT", "3")
+if not BOLTZ_REDIS_TIMEOUT > 0:
+    raise ImproperlyConfigured("BOLTZ_REDIS_TIMEOUT must be a duration above 0 (e.g. 3s)")
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    # Longer than any attempt, or Redis would hand a running attempt to a second worker.
+    "visibility_timeout": env_int("BOLTZ_VISIBILITY_TIMEOUT", 43200),
+    "socket_timeout": BOLTZ_REDIS_TIMEOUT,
+    "socket_connect_timeout": BOLTZ_REDIS_TIMEOUT,
+    # A send connects once (Celery's publish retry below tries once more), where kombu would
+    # otherwise go on retrying for its connection timeout; a worker's own reconnecting is set
+    # apart (broker_connection_max_retries) and is not bounded by this.
+    "max_retries": 0,
+}
+CELERY_BROKER_CONNECTION_TIMEOUT = BOLTZ_REDIS_TIMEOUT
+# One more try on a connection that broke (Redis restarted), then the sender is told.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 1,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.2,
+}
 CELERY_TASK_DEFAULT_QUEUE = env_str("BOLTZ_QUEUE", "boltz")
 
 # --- Boltz -----------------------------------------------------------------------------------

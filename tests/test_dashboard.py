@@ -333,7 +333,7 @@ def test_the_start_form_offers_saved_agents_and_starts_them(admin_client, monkey
     html = admin_client.get("/tasks/fix-add/").content.decode()
     assert '<option value="my-agent">my-agent (saved)</option>' in html
     monkeypatch.setattr(
-        "attempts.services.attempts.attempt_enqueue", lambda **kw: None
+        "attempts.services.attempts.attempts_enqueue", lambda **kw: None
     )  # no worker here
     response = admin_client.post(
         "/tasks/fix-add/start/", {"agent": "my-agent", "count": 2, "confirm": "yes"}

@@ -195,6 +195,8 @@ def test_the_api_answers_each_refusal_with_its_status_and_body(refusal, status, 
     assert json.loads(response.content) == {"detail": refusal.detail, "code": code}
     if isinstance(refusal, errors.NoCapacity):
         assert response["Retry-After"] == "10"
+    elif isinstance(refusal, errors.WorkerUnreachable):  # Redis down: retry shortly
+        assert response["Retry-After"] == "5"
     else:
         assert not response.has_header("Retry-After")
 

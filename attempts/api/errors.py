@@ -25,6 +25,7 @@ from attempts.dispatch.errors import (
     WorkerUnreachable,
     WrongState,
 )
+from attempts.dispatch.limits import UNREACHABLE_RETRY_AFTER
 
 
 class Error(Schema):
@@ -32,7 +33,16 @@ class Error(Schema):
     code: str
 
 
-ERRORS = {400: Error, 404: Error, 409: Error, 410: Error, 413: Error, 502: Error, 504: Error}
+ERRORS = {
+    400: Error,
+    404: Error,
+    409: Error,
+    410: Error,
+    413: Error,
+    502: Error,
+    503: Error,
+    504: Error,
+}
 
 # Each kind of refusal and its HTTP status; a kind's own kinds (FileNotFound is a NotFound,
 # SandboxNotLive a WrongState, ...) answer as it does.
@@ -79,6 +89,8 @@ def install(api: NinjaAPI) -> None:
         )
         if isinstance(exc, NoCapacity):
             response["Retry-After"] = str(exc.retry_after)
+        elif isinstance(exc, WorkerUnreachable):  # Redis down: nothing was done, try again
+            response["Retry-After"] = str(UNREACHABLE_RETRY_AFTER)
         return response
 
     def task_invalid(request, exc: TaskInvalid):  # a task the caller gave that cannot run

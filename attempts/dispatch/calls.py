@@ -52,21 +52,32 @@ class ChannelDown(Exception):
     """Redis could not be reached to send a call or read its answer."""
 
 
-_redis: redis.Redis | None = None
+_redis: dict[bool, redis.Redis] = {}
 _redis_lock = threading.Lock()
 
 
-def _client() -> redis.Redis:
-    global _redis
+def _client(*, blocking: bool = False) -> redis.Redis:
+    """The Redis client of this process. A command that does not answer within
+    BOLTZ_REDIS_TIMEOUT (a Redis that accepts connections and never answers) raises, so a caller
+    hears ChannelDown within seconds; a blocking read (`blocking`) waits a slice longer."""
     with _redis_lock:
-        if _redis is None:
-            _redis = redis.Redis.from_url(
+        if blocking not in _redis:
+            timeout = settings.BOLTZ_REDIS_TIMEOUT
+            _redis[blocking] = redis.Redis.from_url(
                 settings.BOLTZ_REDIS_URL,
-                socket_timeout=SLICE_SECONDS + 10,
-                socket_connect_timeout=5,
+                socket_timeout=timeout + (SLICE_SECONDS if blocking else 0),
+                socket_connect_timeout=timeout,
                 health_check_interval=30,
             )
-        return _redis
+        return _redis[blocking]
+
+
+def ping_redis() -> None:
+    """Does Redis answer? ChannelDown if it does not, within BOLTZ_REDIS_TIMEOUT."""
+    try:
+        _client().ping()
+    except redis.RedisError as exc:
+        raise ChannelDown(f"Redis: {exc}") from exc
 
 
 def requests_key(host: str) -> str:
@@ -164,7 +175,7 @@ def first_done(calls: Iterable[Call], timeout: float) -> Call | None:
         # BLPOP's 0 means "forever": never send it; a finished wait makes one last quick look.
         wait = min(max(left, 0.001), SLICE_SECONDS)
         try:
-            got = _client().blpop(list(by_reply), timeout=wait)
+            got = _client(blocking=True).blpop(list(by_reply), timeout=wait)
         except redis.RedisError as exc:
             raise ChannelDown(f"Redis: {exc}") from exc
         if got is not None:
@@ -186,6 +197,7 @@ class Server:
     def __init__(self, host: str, handler: Handler, threads: int):
         self.host, self.handler, self.count = host, handler, threads
         self.stopping = threading.Event()
+        self.redis_down = threading.Event()  # said once when it goes, once when it is back
         self.threads: list[threading.Thread] = []
 
     def start(self) -> Server:
@@ -207,11 +219,16 @@ class Server:
         key = requests_key(self.host)
         while not self.stopping.is_set():
             try:
-                got = _client().brpop([key], timeout=SLICE_SECONDS)
-            except redis.RedisError:
-                log.exception("reading operation calls of host %s failed", self.host)
+                got = _client(blocking=True).brpop([key], timeout=SLICE_SECONDS)
+            except redis.RedisError as exc:  # Redis down: tried again every second
+                if not self.redis_down.is_set():
+                    self.redis_down.set()
+                    log.warning("reading operation calls of host %s failed: %s", self.host, exc)
                 self.stopping.wait(1.0)
                 continue
+            if self.redis_down.is_set():
+                self.redis_down.clear()
+                log.warning("operation calls of host %s are read again", self.host)
             if got is not None:
                 self.answer(json.loads(got[1]))
 

@@ -66,6 +66,7 @@ SANDBOX_WAIT = 60.0  # seconds a new sandbox waits for a host with room, unless 
 MAX_SANDBOX_WAIT = 600.0  # a longer wait for room is cut to this
 STARTING_GRACE = 60.0  # a sandbox that started within its wait has this much more to be live
 CAPACITY_RETRY_AFTER = 10  # seconds a client refused for want of room is told to wait
+UNREACHABLE_RETRY_AFTER = 5  # seconds a client refused because Redis is down is told to wait
 CLOSE_WAIT = 900.0  # seconds a close waits for the sandbox's changes to be recorded (and checked)
 
 # --- attempts ------------------------------------------------------------------------------------

@@ -12,9 +12,11 @@ from celery import shared_task
 from celery.signals import worker_ready, worker_shutting_down
 from django.conf import settings
 
+from attempts.core.ended import mark_infra_error
 from attempts.core.errors import DockerUnavailable
 from attempts.dispatch import calls as opcalls
 from attempts.dispatch import queue as queueing
+from attempts.dispatch.errors import WorkerUnreachable
 from attempts.dispatch.hosts import known_hosts
 from attempts.models import Attempt, SandboxState
 from attempts.run import director as runner
@@ -118,6 +120,30 @@ def _heartbeat() -> None:
         time.sleep(HEARTBEAT_SECONDS)
 
 
+REQUEUE_SECONDS = 5
+
+
+def _requeue() -> None:
+    """Every few seconds: attempts queued whose message Redis lost (it restarted without its
+    data) are sent again. When Redis is back after it could not be reached, the host's reaper
+    runs at once: it removes the containers whose removal could not be sent meanwhile."""
+    down = False
+    while True:
+        time.sleep(REQUEUE_SECONDS)
+        try:
+            lost = queueing.resend_lost()
+            if down:
+                log.warning("Redis is back: host %s reaps what waited", settings.BOLTZ_HOST)
+                queueing.enqueue_reap(settings.BOLTZ_HOST)
+            down = False
+            if lost:
+                log.warning("sent again %d attempt(s) Redis had lost: %s", len(lost), lost)
+        except WorkerUnreachable:
+            down = True  # said once by the queue module; tried again next time
+        except Exception:  # noqa: BLE001 - a missed sweep is retried; it must never stop
+            log.exception("sending lost attempts again failed on host %s", settings.BOLTZ_HOST)
+
+
 _opcalls: opcalls.Server | None = None
 
 
@@ -125,8 +151,9 @@ _opcalls: opcalls.Server | None = None
 def start_operations(sender=None, **kwargs) -> None:
     """The operations worker serves the API's calls on this host's live sandboxes (threads of
     its own, beside Celery's), says every few seconds that its host is alive (an API call on
-    a sandbox whose host went quiet fails at once instead of waiting), and listens to Docker's
-    events: a live sandbox whose container stopped outside Boltz ends at once."""
+    a sandbox whose host went quiet fails at once instead of waiting), listens to Docker's
+    events (a live sandbox whose container stopped outside Boltz ends at once), and sends
+    again what Redis lost (`_requeue`)."""
     global _opcalls
     if sender is not None and str(getattr(sender, "hostname", "")).startswith("ops-"):
         from attempts.run import container_watch
@@ -137,6 +164,7 @@ def start_operations(sender=None, **kwargs) -> None:
         ).start()
         threading.Thread(target=_heartbeat, name="boltz-heartbeat", daemon=True).start()
         container_watch.start()
+        threading.Thread(target=_requeue, name="boltz-requeue", daemon=True).start()
 
 
 @worker_shutting_down.connect

@@ -12,6 +12,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from attempts.core.ended import mark_infra_error
 from attempts.core.timeline import Timeline
 from attempts.models import ACTIVE_STATUSES, DONE_STATUSES, Attempt, EventKind, SandboxState
 from attempts.run.director import record_gone

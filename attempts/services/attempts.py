@@ -61,7 +61,8 @@ def attempts_create(
     queue: str | None = None,
     count: int = 1,
 ) -> list[Attempt]:
-    """`count` attempts with the same agent, which is resolved and checked once."""
+    """`count` attempts with the same agent, which is resolved and checked once. While the
+    workers' queue (Redis) cannot be reached, none is created: WorkerUnreachable."""
     require_check(task)
     choice = agents.resolve_agent(task, agent, command, files)
     if why := command_too_long(choice.command):
@@ -71,7 +72,10 @@ def attempts_create(
     for name in choice.files:
         if not SAFE_FILE_NAME.match(name):
             raise TaskInvalid("files", f"{name!r}: use a plain file name (letters, digits, . _ -)")
-    return [_create_one(task, choice, queue) for _ in range(count)]
+    queueing.require_queue()
+    made = [_create_one(task, choice, queueing.attempts_queue(queue)) for _ in range(count)]
+    attempts_enqueue(attempts=made)
+    return made
 
 
 def numbered_attempt(task: Task, **fields) -> Attempt:
@@ -112,10 +116,10 @@ def attempt_withdraw(*, attempt_id: int) -> bool:
     return True
 
 
-def _create_one(task: Task, choice: agents.AgentChoice, queue: str | None) -> Attempt:
+def _create_one(task: Task, choice: agents.AgentChoice, queue: str) -> Attempt:
     agent, command, files = choice.label, choice.command, choice.files
     attempt = numbered_attempt(
-        task, agent=agent, agent_command=command, agent_env=choice.environment
+        task, agent=agent, agent_command=command, agent_env=choice.environment, queue=queue
     )
     if files:
         stored = []
@@ -133,13 +137,13 @@ def _create_one(task: Task, choice: agents.AgentChoice, queue: str | None) -> At
         command=command,
         files=sorted(files),
     )
-    attempt_enqueue(attempt=attempt, queue=queue)
     return attempt
 
 
-def attempt_enqueue(*, attempt: Attempt, queue: str | None = None) -> None:
-    """Send the attempt to the workers after commit, so no worker sees an uncommitted row."""
-    queueing.enqueue_attempt(attempt, queue=queue)
+def attempts_enqueue(*, attempts: list[Attempt]) -> None:
+    """Send the attempts to the workers after commit, so no worker sees an uncommitted row. If
+    Redis cannot take them, they end at once, "not started" (WorkerUnreachable is raised)."""
+    queueing.enqueue_attempts(attempts)
 
 
 def attempt_export(*, attempt: Attempt, by: str):
@@ -260,4 +264,11 @@ def attempt_recheck(*, attempt: Attempt, by: str) -> None:
             raise TaskInvalid("attempt", "a re-check is already running; wait for its result")
         raise TaskInvalid("attempt", "its sandbox is gone, and a re-check needs its files")
     attempt.sandbox_state = SandboxState.LIVE
-    queueing.enqueue_recheck(attempt, by=by)
+
+    def give_back(refusal) -> None:  # not sent: the kept sandbox can be re-checked later
+        Attempt.objects.filter(pk=attempt.pk, sandbox_state=SandboxState.LIVE).update(
+            sandbox_state=SandboxState.STOPPED
+        )
+        attempt.sandbox_state = SandboxState.STOPPED
+
+    queueing.enqueue_recheck(attempt, by=by, unsent=give_back)

@@ -20,6 +20,7 @@ dispatch/errors.py; the API says it as its HTTP status.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import statistics
@@ -205,6 +206,7 @@ def pool_reset(pool: Pool, indices: list[int] | None, *, wait: float) -> list[di
     indices = _indices(pool, indices)
     if not math.isfinite(wait) or wait < 0:
         raise InvalidRequest("wait", "give seconds to wait for room (0 or more)")
+    queueing.require_queue()  # Redis down: refused before any episode ends or starts
     ended = current_episodes(pool, indices)
     for episode in ended.values():
         end_episode(episode.pk, "reset")
@@ -222,8 +224,10 @@ def pool_reset(pool: Pool, indices: list[int] | None, *, wait: float) -> list[di
             pool=pool,
             pool_index=i,
         )
-        queueing.enqueue_sandbox(attempt)
         fresh[i] = attempt
+    # If Redis cannot take them, each ends "not started": masked below (infrastructure).
+    with contextlib.suppress(WorkerUnreachable):
+        queueing.enqueue_attempts(list(fresh.values()))
     live = wait_live_all(list(fresh.values()), wait=wait)
     results = []
     for i in indices:
@@ -355,6 +359,7 @@ def pool_step(pool: Pool, actions: Any, *, timeout: float | None = None) -> list
     input order, one per environment."""
     _open(pool)
     parsed = parse_actions(pool, actions)
+    queueing.require_queue()  # Redis down: refused before any step is taken (none is lost)
     wanted = [i for i, action in enumerate(parsed) if action is not None]
     episodes = current_episodes(pool, wanted)
     results: list[dict | None] = [None] * pool.size
@@ -381,6 +386,7 @@ def pool_env_step(pool: Pool, index: int, action: Any, *, timeout: float | None 
     parsed = parse_action(action, where="action")
     if parsed is None:
         raise InvalidRequest("action", "give an action")
+    queueing.require_queue()
     results: list[dict | None] = [None] * pool.size
     request = _request(pool, index, current_episodes(pool, [index]).get(index), parsed, timeout)
     if isinstance(request, dict):

@@ -165,10 +165,11 @@ def sandbox_create(
     idle = float(idle_timeout or settings.BOLTZ_SANDBOX_IDLE_TIMEOUT)
     if ttl < 1 or idle < 1 or not math.isfinite(ttl + idle):
         raise InvalidRequest("ttl and idle_timeout", "give numbers of seconds, 1 or more")
+    queueing.require_queue()  # Redis down: refused before anything is made
     attempt = sandbox_attempt(
         found, user=user, agent=agent or "api", labels=labels, ttl=ttl, idle=idle
     )
-    queueing.enqueue_sandbox(attempt)
+    queueing.enqueue_attempts([attempt])
     return wait_live(attempt, wait=wait)
 
 
@@ -181,6 +182,7 @@ def sandbox_attempt(
         task,
         agent=agent[:100],
         origin="api",
+        queue=queueing.attempts_queue(),
         owner=user,
         labels=labels,
         created_at=now,

@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from attempts.core.errors import TaskInvalid
+from attempts.dispatch.errors import WorkerUnreachable
 from attempts.management.commands._common import task_or_error
 from attempts.models import DONE_STATUSES, Attempt, Outcome, Status
 from attempts.services.attempts import attempts_create
@@ -72,6 +73,8 @@ class Command(BaseCommand):
             )
         except TaskInvalid as exc:
             raise CommandError(f"{exc.field}: {exc.message}") from None
+        except WorkerUnreachable as exc:
+            raise CommandError(exc.detail) from None
         ids = [a.pk for a in created]
         self.stdout.write(
             f"enqueued {n} attempt(s) of {task_obj.slug} with agent {agent}: "
