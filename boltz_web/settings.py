@@ -201,19 +201,14 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": env_int("BOLTZ_VISIBILITY_TIMEOUT", 43200),
     "socket_timeout": BOLTZ_REDIS_TIMEOUT,
     "socket_connect_timeout": BOLTZ_REDIS_TIMEOUT,
-    # A send connects once (Celery's publish retry below tries once more), where kombu would
-    # otherwise go on retrying for its connection timeout; a worker's own reconnecting is set
-    # apart (broker_connection_max_retries) and is not bounded by this.
+    # A send connects once, where kombu would otherwise go on retrying for its connection
+    # timeout; a worker's own reconnecting is set apart (broker_connection_max_retries).
     "max_retries": 0,
 }
 CELERY_BROKER_CONNECTION_TIMEOUT = BOLTZ_REDIS_TIMEOUT
-# One more try on a connection that broke (Redis restarted), then the sender is told.
-CELERY_TASK_PUBLISH_RETRY_POLICY = {
-    "max_retries": 1,
-    "interval_start": 0,
-    "interval_step": 0.2,
-    "interval_max": 0.2,
-}
+# No second try by Celery: a connection broken by a Redis restart is made again anyway, and a
+# retry on a hanging Redis would wait its timeout two or three times over.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 0}
 CELERY_TASK_DEFAULT_QUEUE = env_str("BOLTZ_QUEUE", "boltz")
 
 # --- Boltz -----------------------------------------------------------------------------------

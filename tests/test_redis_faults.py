@@ -35,7 +35,7 @@ from tests.conftest import require, run_web, run_worker, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.worker]
 
-SLOW = 10.0  # no answer may take longer than this while Redis is down (BOLTZ_REDIS_TIMEOUT: 3 s)
+SLOW = 6.0  # no answer may take longer while Redis is down: one BOLTZ_REDIS_TIMEOUT (3 s), and room
 LOST = 4  # attempts queued behind a full host when Redis loses its data
 
 
@@ -158,13 +158,17 @@ ROUTES = {
 NEEDS_REDIS = {route for route, (_, statuses) in ROUTES.items() if statuses == {503}}
 
 
-def try_every_route(client: httpx.Client, ids: dict) -> list[dict]:
-    """Every route of the OpenAPI document, in ROUTES' order: what each answered, and when."""
+def try_every_route(client: httpx.Client, ids: dict, midway) -> list[dict]:
+    """Every route of the OpenAPI document, in ROUTES' order: what each answered, and when.
+    `midway()` is done after the sandboxes' operations: their calls wait out a hanging Redis
+    each time, so what follows them finds sends no longer failing at once (DOWN_SECONDS)."""
     document = client.get("/api/openapi.json").json()
     listed = {(m.upper(), path) for path, ops in document["paths"].items() for m in ops}
     assert listed == set(ROUTES), f"routes not classified here: {listed ^ set(ROUTES)}"
     answers = []
     for (method, path), (given, statuses) in ROUTES.items():
+        if (method, path) == ("POST", "/api/pools"):
+            midway()
         url = path.format(**ids)
         params, body, content = {}, None, None
         if isinstance(given, dict) and "path" in given:
@@ -274,21 +278,23 @@ def test_redis_refusing_then_hanging_then_back_loses_nothing(
         redis_server.stop()
         ids = {"slug": task.slug, "queued": queued[:1], "attempt_id": queued[0], "index": 0}
         ids.update(sandbox_id=sandboxes[0], pool_id=pool, evaluation_id=2**40)
-        refused = try_every_route(api, ids)
+        pressed = []  # the dashboard's start button, pressed midway through the routes
+
+        def press() -> None:
+            pressed.append(start_button(url, session, task.slug))
+
+        refused = try_every_route(api, ids, press)
         check_answers(refused, "refused")
-        status, page, page_took = start_button(url, session, task.slug)
-        assert status == 503 and "The workers cannot be reached" in page, page[:2000]
-        assert "Something went wrong" not in page and page_took < SLOW
 
         # (b) A Redis that accepts connections and never answers.
         redis_server.hang()
         # The pool made in (a) is still open (a pool is a row: it needs no Redis).
         ids.update(sandbox_id=sandboxes[1], pool_id=Pool.objects.latest("pk").pk)
-        hanging = try_every_route(api, ids)
+        hanging = try_every_route(api, ids, press)
         check_answers(hanging, "hanging")
-        status, page, hang_page_took = start_button(url, session, task.slug)
-        assert status == 503 and "The workers cannot be reached" in page, page[:2000]
-        assert hang_page_took < SLOW
+        for status, page, took in pressed:
+            assert status == 503 and "The workers cannot be reached" in page, page[:2000]
+            assert "Something went wrong" not in page and took < SLOW
 
         # Nothing was created while Redis was down but the pools asked for (a pool is a row that
         # needs no Redis, and its creator got its id).
@@ -298,7 +304,7 @@ def test_redis_refusing_then_hanging_then_back_loses_nothing(
             needing_redis=len(NEEDS_REDIS),
             refused_max_seconds=max(a["seconds"] for a in refused),
             hanging_max_seconds=max(a["seconds"] for a in hanging),
-            start_button_seconds=[round(page_took, 2), round(hang_page_took, 2)],
+            start_button_seconds=[round(took, 2) for _, _, took in pressed],
         )
 
         # (c) Redis back, empty: what it lost runs to completion.

@@ -177,11 +177,27 @@ def _send_attempt(attempt: Attempt) -> None:
     )
 
 
-def resend_lost(*, queue: str | None = None) -> list[int]:
+def resend_lost(*, queue: str | None = None, confirm_after: float = 1.0) -> list[int]:
     """Attempts of `queue` (this worker's) queued for LOST_AFTER seconds or more whose message
     Redis no longer holds (it restarted without its data, or a sender died between its commit
-    and its send): sent again. Their ids. WorkerUnreachable while Redis cannot be reached."""
+    and its send): sent again. Their ids. WorkerUnreachable while Redis cannot be reached.
+
+    A worker takes a message out of its queue a moment before it records it as taken (and
+    before it claims the attempt): one found missing is looked for again `confirm_after`
+    seconds later, so a message being taken is seldom sent twice (twice does nothing)."""
     queue = queue or settings.BOLTZ_QUEUE
+    lost = _missing(queue)
+    if lost and confirm_after:
+        time.sleep(confirm_after)
+        again = {attempt.pk for attempt in _missing(queue)}
+        lost = [attempt for attempt in lost if attempt.pk in again]
+    for attempt in lost:
+        _send_attempt(attempt)
+    return [attempt.pk for attempt in lost]
+
+
+def _missing(queue: str) -> list[Attempt]:
+    """The attempts of `queue` queued for LOST_AFTER seconds or more with no message in Redis."""
     queued = list(
         Attempt.objects.filter(
             status=Status.QUEUED,
@@ -192,10 +208,7 @@ def resend_lost(*, queue: str | None = None) -> list[int]:
     if not queued:
         return []
     held = _attempts_in_redis(queue)
-    lost = [attempt for attempt in queued if attempt.pk not in held]
-    for attempt in lost:
-        _send_attempt(attempt)
-    return [attempt.pk for attempt in lost]
+    return [attempt for attempt in queued if attempt.pk not in held]
 
 
 def _attempts_in_redis(queue: str) -> set[int]:
