@@ -49,7 +49,7 @@ def main() -> None:
 
     def boltz_once(name: str):
         settings.BOLTZ_RUNTIME = name
-        with mock.patch("attempts.services.attempts.attempt_enqueue"):
+        with mock.patch("attempts.services.attempts.attempts_enqueue"):
             attempt = attempt_create(task=task, agent="reference")
         run_attempt(attempt.pk, host=settings.BOLTZ_HOST)
         attempt.refresh_from_db()

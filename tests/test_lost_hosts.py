@@ -21,7 +21,7 @@ from django.db import connection
 from django.utils import timezone
 
 from attempts.api.tokens import token_create
-from attempts.dispatch.queue import enqueue_sandbox
+from attempts.dispatch.queue import enqueue_attempts
 from attempts.models import (
     DONE_STATUSES,
     Attempt,
@@ -89,7 +89,7 @@ def _api_sandbox(task, queue: str, settings) -> Attempt:
     settings.BOLTZ_QUEUE = queue
     user = get_user_model().objects.create_user(f"u-{uuid.uuid4().hex[:6]}")
     attempt = sandbox_attempt(task, user=user, agent="api", labels={}, ttl=3600, idle=3600)
-    enqueue_sandbox(attempt)
+    enqueue_attempts([attempt])
     return wait_live(attempt, wait=60)
 
 

@@ -128,6 +128,7 @@ ROUTES = {
     ("POST", "/api/tasks/{slug}/attempts"): ({"agent": "noop", "n": 2}, {503}),
     ("POST", "/api/attempts/wait"): ({"ids": "{queued}", "timeout": 1}, {504}),
     ("GET", "/api/attempts/{attempt_id}"): (None, {200}),
+    ("GET", "/api/attempts/{attempt_id}/outputs/{name}"): (None, {404}),  # it ran no command
     ("POST", "/api/sandboxes"): ({"task": "{slug}", "wait": 5}, {503}),
     ("GET", "/api/sandboxes"): (None, {200}),
     ("GET", "/api/sandboxes/{sandbox_id}"): (None, {200}),
@@ -234,7 +235,7 @@ def start_button(url: str, session: str, slug: str) -> tuple[int, str, float]:
 
 @pytest.mark.timeout(600)
 def test_redis_refusing_then_hanging_then_back_loses_nothing(
-    django_db_setup, docker_ready, load_example
+    django_db_setup, docker_ready, load_example, figure
 ):
     from django.contrib.auth import get_user_model
     from django.test import Client
@@ -277,6 +278,7 @@ def test_redis_refusing_then_hanging_then_back_loses_nothing(
         # (a) Redis refuses connections (and has lost what it held).
         redis_server.stop()
         ids = {"slug": task.slug, "queued": queued[:1], "attempt_id": queued[0], "index": 0}
+        ids["name"] = "stdout-1.txt"
         ids.update(sandbox_id=sandboxes[0], pool_id=pool, evaluation_id=2**40)
         pressed = []  # the dashboard's start button, pressed midway through the routes
 
@@ -346,6 +348,16 @@ def test_redis_refusing_then_hanging_then_back_loses_nothing(
             ),
         )
     print("redis faults:", json.dumps(figures))
+    f = figures
+    figure(
+        f"{f['routes']} API routes tried with Redis refusing and with Redis hanging: no 500, "
+        f"all JSON, {f['needing_redis']} answered 503 + Retry-After; slowest answer "
+        f"{f['refused_max_seconds']:.1f} s refusing, {f['hanging_max_seconds']:.1f} s hanging; "
+        f"start button: a 503 page in {max(f['start_button_seconds']):.1f} s at most; "
+        f"0 attempts created while down; {f['queued']} attempts Redis lost sent again and "
+        f"finished {f['finished_seconds_after_redis_back']:.0f} s after it was back, "
+        f"{f['lost']} lost; 0 containers of deleted sandboxes left"
+    )
 
 
 def strays(runtime, host: str) -> list[str]:
@@ -368,7 +380,7 @@ def strays(runtime, host: str) -> list[str]:
 # --- a send that fails after its attempts were made --------------------------------------------
 @pytest.mark.timeout(60)
 def test_attempts_whose_send_failed_end_at_once_and_say_why(
-    django_db_setup, redis_ready, monkeypatch
+    django_db_setup, redis_ready, monkeypatch, figure
 ):
     """Redis answered the check before they were made, then refused their send: each ends at
     once, "not started", an infrastructure error its creator can see (never queued for
@@ -396,6 +408,7 @@ def test_attempts_whose_send_failed_end_at_once_and_say_why(
         attempt.refresh_from_db()
         assert (attempt.status, attempt.outcome) == (Status.FINISHED, Outcome.INFRA_ERROR)
         assert attempt.failure_reason.startswith("not started: Boltz's queue to its workers")
+    figure(f"2 of 2 attempts whose send failed ended at once ({time.monotonic() - began:.2f} s)")
     # Within a moment, a second send fails at once, without waiting on Redis again.
     began = time.monotonic()
     with pytest.raises(WorkerUnreachable):
@@ -405,7 +418,9 @@ def test_attempts_whose_send_failed_end_at_once_and_say_why(
 
 # --- what Redis lost is found, what it holds is not sent twice ---------------------------------
 @pytest.mark.timeout(60)
-def test_only_attempts_whose_message_redis_lost_are_sent_again(django_db_setup, redis_ready):
+def test_only_attempts_whose_message_redis_lost_are_sent_again(
+    django_db_setup, redis_ready, figure
+):
     from datetime import timedelta
 
     from django.utils import timezone
@@ -423,3 +438,4 @@ def test_only_attempts_whose_message_redis_lost_are_sent_again(django_db_setup, 
     assert queueing.resend_lost(queue=queue) == [lost.pk]  # sent again; `fresh` may be sending
     assert queueing.resend_lost(queue=queue) == []  # now both are there: nothing twice
     assert queueing._attempts_in_redis(queue) == {held.pk, lost.pk}
+    figure("1 lost message of 3 queued attempts sent again, 0 sent twice")

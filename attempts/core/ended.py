@@ -26,15 +26,21 @@ def announce(attempt_id: int, task_id: int) -> None:
     attempt_ended.send(sender=Attempt, attempt_id=attempt_id, task_id=task_id)
 
 
-def mark_infra_error(attempt_id: int, reason: str, *, expected_status: str = Status.QUEUED) -> bool:
+def mark_infra_error(
+    attempt_id: int, reason: str, *, expected_status: str = Status.QUEUED, **fields
+) -> bool:
     """End an attempt that no worker is running (still `expected_status`) as an
-    infrastructure error with `reason`. A compare-and-set: False if its status moved on."""
+    infrastructure error with `reason` (and `fields`, written with it). A compare-and-set:
+    False if its status moved on. Both sides use it: the worker (Docker unreachable, a lost
+    worker process) and the web process (a lost host, services/lost_hosts.py; a send to the
+    workers that failed, dispatch/queue.py)."""
     with transaction.atomic():  # the final status and its events land together
         updated = Attempt.objects.filter(pk=attempt_id, status=expected_status).update(
             status=Status.FINISHED,
             outcome=Outcome.INFRA_ERROR,
             failure_reason=reason,
             finished_at=timezone.now(),
+            **fields,
         )
         if updated:
             timeline = Timeline(attempt_id)

@@ -23,7 +23,6 @@ from attempts.run import director as runner
 from attempts.run import reaper
 from attempts.run.docker import runtime
 from attempts.run.image_builds import use_this_hosts_docker
-from attempts.services.attempts import mark_infra_error
 from attempts.services.lost_hosts import end_lost_attempts
 
 log = logging.getLogger(__name__)

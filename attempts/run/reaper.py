@@ -18,7 +18,6 @@ from attempts.models import ACTIVE_STATUSES, DONE_STATUSES, Attempt, EventKind, 
 from attempts.run.director import record_gone
 from attempts.run.docker import runtime
 from attempts.run.heartbeat import register_this_host
-from attempts.services.attempts import mark_infra_error
 from attempts.services.deletion import attempt_delete, sandbox_delete
 
 log = logging.getLogger(__name__)

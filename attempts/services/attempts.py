@@ -196,38 +196,6 @@ def attempt_cancel(*, attempt: Attempt, by: str) -> bool:
     return bool(updated)
 
 
-def mark_infra_error(
-    attempt_id: int, reason: str, *, expected_status: str = Status.QUEUED, **fields
-) -> bool:
-    """End an attempt that no worker is running (still `expected_status`) as an
-    infrastructure error with `reason` (and `fields`, written with it). A compare-and-set:
-    False if its status moved on. Both sides use it: the worker (Docker unreachable, a lost
-    worker process) and the web process (a lost host, services/lost_hosts.py)."""
-    with transaction.atomic():  # the final status and its events land together
-        updated = Attempt.objects.filter(pk=attempt_id, status=expected_status).update(
-            status=Status.FINISHED,
-            outcome=Outcome.INFRA_ERROR,
-            failure_reason=reason,
-            finished_at=timezone.now(),
-            **fields,
-        )
-        if updated:
-            timeline = Timeline(attempt_id)
-            timeline.add(EventKind.ERROR, message=reason, infrastructure=True)
-            timeline.add(
-                EventKind.LIFECYCLE,
-                status=Status.FINISHED,
-                outcome=Outcome.INFRA_ERROR,
-                reason=reason,
-                message=f"finished: {Outcome.INFRA_ERROR}",
-            )
-    if updated:
-        task_id = Attempt.objects.filter(pk=attempt_id).values_list("task_id", flat=True).first()
-        if task_id:
-            announce(attempt_id, task_id)
-    return bool(updated)
-
-
 def attempt_rerun(*, attempt: Attempt, by: str) -> Attempt:
     """A new attempt at the same task with the same agent, command and files."""
     patched = attempt.agent_command == agents.PATCH_COMMAND  # labelled with its model's name

@@ -24,9 +24,9 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from attempts.core.ended import mark_infra_error
 from attempts.dispatch.queue import enqueue_sandbox_removal
 from attempts.models import ACTIVE_STATUSES, Attempt, WorkerHost
-from attempts.services.attempts import mark_infra_error
 
 log = logging.getLogger(__name__)
 
