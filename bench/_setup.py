@@ -51,6 +51,16 @@ def timed(fn, repeat: int) -> dict:
     }
 
 
+def timing_table(rows: dict[str, dict]) -> str:
+    """Each path's median, min and max (from `timed`) as a Markdown table, printed too."""
+    for name, t in rows.items():
+        print(f"{name}: {t['median_ms']:.0f} ms median")
+    return "| path | median | min | max |\n| --- | ---: | ---: | ---: |\n" + "".join(
+        f"| {name} | {t['median_ms']:.0f} ms | {t['min_ms']:.0f} ms | {t['max_ms']:.0f} ms |\n"
+        for name, t in rows.items()
+    )
+
+
 def machine() -> str:
     import platform
 

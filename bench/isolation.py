@@ -16,7 +16,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from _setup import ROOT, create_raw_container, django_in_scratch, machine, timed
+from _setup import ROOT, create_raw_container, django_in_scratch, machine, timed, timing_table
 
 
 def main() -> None:
@@ -81,14 +81,9 @@ def main() -> None:
         "raw Docker SDK, runsc (gVisor)": timed(lambda: raw_once("runsc"), args.n),
     }
     boltz_runc, boltz_runsc, raw_runc, raw_runsc = (t["median_ms"] for t in rows.values())
-    for name, t in rows.items():
-        print(f"{name}: {t['median_ms']:.0f} ms median")
+    table = timing_table(rows)
     if args.write:
-        body = "| path | median | min | max |\n| --- | ---: | ---: | ---: |\n" + "".join(
-            f"| {name} | {t['median_ms']:.0f} ms | {t['min_ms']:.0f} ms | {t['max_ms']:.0f} ms |\n"
-            for name, t in rows.items()
-        )
-        body += (
+        body = table + (
             f"\ngVisor costs ×{boltz_runsc / boltz_runc:.2f} per attempt through Boltz "
             f"(+{boltz_runsc - boltz_runc:.0f} ms) and ×{raw_runsc / raw_runc:.2f} for the "
             f"same container work in plain Docker (+{raw_runsc - raw_runc:.0f} ms); Boltz "

@@ -20,7 +20,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from _setup import ROOT, create_raw_container, django_in_scratch, machine, timed
+from _setup import ROOT, create_raw_container, django_in_scratch, machine, timed, timing_table
 
 
 def main() -> None:
@@ -112,16 +112,11 @@ def main() -> None:
         return 1000 * statistics.median(t[name] for t in stages[mode][-args.n :])
 
     history = clean_history_cost(repos, args.n)
-    for name, t in rows.items():
-        print(f"{name}: {t['median_ms']:.0f} ms median")
+    table = timing_table(rows)
     print(f"ratios: fresh x{ratio:.2f}, in place x{ratio_place:.2f}; history: {history}")
     print(f"events per attempt: {Attempt.objects.last().events.count()}")
     if args.write:
-        body = "| path | median | min | max |\n| --- | ---: | ---: | ---: |\n" + "".join(
-            f"| {name} | {t['median_ms']:.0f} ms | {t['min_ms']:.0f} ms | {t['max_ms']:.0f} ms |\n"
-            for name, t in rows.items()
-        )
-        body += (
+        body = table + (
             f"\nRatios against the raw path doing the same container work: ×{ratio:.2f} with "
             f"the check in a fresh container, ×{ratio_place:.2f} in place. Boltz's stages "
             "(median): recording the changes (every agent process ended, the tree read out "
