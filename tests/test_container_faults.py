@@ -169,16 +169,21 @@ def test_a_pool_episode_killed_between_steps_fails_at_once_and_the_pool_resets_i
         assert marked < AT_ONCE, marked
         assert_infra_error(ended)
         assert "not by Boltz" in ended.failure_reason
-        assert ended.episode_end == "failed"
         assert pool.refresh().envs[0].state == "failed"
+        # Its next step is masked as the infrastructure's (once), never a reward of 0.
         (step,) = pool.step(["echo after"])
+        assert step.masked and step.reward is None and step.truncated
+        assert step.info["failure_kind"] == "infrastructure"
+        assert "not by Boltz" in step.info["error"]
+        (step,) = pool.step(["echo again"])
         assert step.reward is None and step.info["failure_kind"] == "refused"
+        assert pool.refresh().masked == 1
         # Its slot is free: the environment's next episode starts on this host of capacity 1.
         pool.reset()
         fresh = Attempt.objects.get(pool_id=pool.id, pool_index=0, status=Status.RUNNING)
         assert fresh.pk != episode.pk
-        (step,) = pool.step(["echo again"])
-        assert step.observation.stdout == "again\n" and not step.masked
+        (step,) = pool.step(["echo fresh"])
+        assert step.observation.stdout == "fresh\n" and not step.masked
     figure(
         f"docker kill of a pool episode between steps: marked in {marked:.2f} s, failed in {took:.2f} s"
     )

@@ -107,14 +107,13 @@ class ClientHold(WorkStage):
 
     def _ended_outside(self, director: AttemptRunner) -> None:
         """The events listener saw the container stop, and not by Boltz's doing
-        (container_watch.py): the attempt ends as an infrastructure error, a pool's episode as
-        failed. A container running again (an operator started it) is live again."""
+        (container_watch.py): the attempt ends as an infrastructure error (a pool's next step
+        on it is masked as such, and ends its episode). A container running again (an operator
+        started it) is live again."""
         attempt = director.attempt
         try:
             director.session.ensure_running()
         except InfrastructureError as exc:
-            if attempt.pool_id:
-                end_episode(attempt.pk, "failed")
             raise SandboxGone(
                 "the sandbox's container stopped while it was live, and not by Boltz (docker "
                 f"kill or rm, or its Docker daemon restarted): {exc.reason}"

@@ -679,6 +679,8 @@ def episode_state(episode: Attempt | None) -> str:
         return "live"
     if episode.status in (Status.QUEUED, Status.STARTING):
         return "starting"
+    if episode.outcome == Outcome.INFRA_ERROR:  # its container died between steps, say
+        return "failed"
     return "ended"
 
 
