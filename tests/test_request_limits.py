@@ -19,7 +19,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client as DjangoClient
 
 from attempts.api.tokens import token_create
-from attempts.dispatch.limits import MAX_COMMAND_BYTES, MAX_ENV_BYTES
+from attempts.dispatch.limits import MAX_ARG_BYTES, MAX_COMMAND_BYTES, MAX_ENV_BYTES
 from attempts.models import Attempt, Event, EventKind, Task
 from tests.conftest import new_task, real, run_web
 from tests.test_archive_limits import gzip_bomb
@@ -230,26 +230,32 @@ def test_a_command_over_its_bound_is_refused_before_it_reaches_docker(
                 "(MAX_COMMAND_BYTES)"
             )
             argv = alice.post(
-                f"/api/sandboxes/{sid}/exec", json={"command": ["echo", "y" * MAX_COMMAND_BYTES]}
+                f"/api/sandboxes/{sid}/exec", json={"command": ["echo", "y" * MAX_ARG_BYTES]}
             )
             assert (argv.status_code, argv.json()["code"]) == (413, "too_large")
             env = alice.post(
                 f"/api/sandboxes/{sid}/exec",
-                json={"command": "true", "env": {"BIG": "z" * MAX_ENV_BYTES}},
+                json={"command": "true", "env": {"BIG": "z" * MAX_ARG_BYTES}},
             )
             assert env.status_code == 413 and env.json()["detail"].startswith("env: ")
             assert execs() == before  # none of them reached the sandbox
             # One at the bound runs: the bound is what a sandbox's process really takes.
             command = "echo ok; : "
-            command += "a" * (MAX_COMMAND_BYTES - 1 - len(command))
+            command += "a" * (MAX_ARG_BYTES - 1 - len(command))
             ran = alice.post(f"/api/sandboxes/{sid}/exec", json={"command": command})
             assert ran.status_code == 200, ran.text
             assert (ran.json()["exit_code"], ran.json()["stdout"]) == (0, "ok\n")
-            env = {"BIG": "z" * (MAX_ENV_BYTES - 6)}
+            chunk = "c" * (64 * 1024)  # 1 MiB of arguments, as Inspect's own check sends
+            ran = alice.post(
+                f"/api/sandboxes/{sid}/exec",
+                json={"command": ["sh", "-c", 'echo "$#"', "sh", *[chunk] * 16]},
+            )
+            assert (ran.status_code, ran.json()["stdout"]) == (200, "16\n"), ran.text
+            env = {"BIG": "z" * (MAX_ARG_BYTES - 6)}
             ran = alice.post(
                 f"/api/sandboxes/{sid}/exec", json={"command": 'echo "${#BIG}"', "env": env}
             )
-            assert ran.json()["stdout"] == f"{MAX_ENV_BYTES - 6}\n"
+            assert ran.json()["stdout"] == f"{MAX_ARG_BYTES - 6}\n"
             figure(
                 f"a 60 MB command: {big.status_code}, an argv past the bound: {argv.status_code}; "
                 f"{execs() - before} exec events since, all of the runs at the bound "
@@ -387,13 +393,13 @@ def test_a_pool_action_and_an_attempt_command_are_held_to_the_command_bound(db):
     from attempts.services.attempts import attempts_create
     from attempts.services.pools import parse_action
 
-    with pytest.raises(TooLarge, match=r"^actions\[2\]\.run: .*MAX_COMMAND_BYTES"):
-        parse_action({"run": "x" * MAX_COMMAND_BYTES}, where="actions[2]")
-    assert parse_action({"run": "x" * (MAX_COMMAND_BYTES - 1)}, where="a") is not None
+    with pytest.raises(TooLarge, match=r"^actions\[2\]\.run: .*MAX_ARG_BYTES"):
+        parse_action({"run": "x" * MAX_ARG_BYTES}, where="actions[2]")  # one argument of sh
+    assert parse_action({"run": "x" * (MAX_ARG_BYTES - 1)}, where="a") is not None
     task = new_task("t")
     with pytest.raises(TaskInvalid) as refused:
-        attempts_create(task=task, agent="command", command="x" * MAX_COMMAND_BYTES)
-    assert refused.value.field == "command" and "MAX_COMMAND_BYTES" in refused.value.message
+        attempts_create(task=task, agent="command", command="x" * MAX_ARG_BYTES)
+    assert refused.value.field == "command" and "MAX_ARG_BYTES" in refused.value.message
     assert not Attempt.objects.exists()
 
 

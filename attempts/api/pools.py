@@ -104,8 +104,9 @@ class ActionIn(Schema):
     patch: str | None = None
     run: str | list[str] | None = Field(
         None,
-        description="a shell command or an argv list: at most "
-        f"{limits.MAX_COMMAND_BYTES} bytes (longer: 413 too_large)",
+        description="a shell command (at most "
+        f"{limits.MAX_ARG_BYTES} bytes) or an argv list (at most {limits.MAX_COMMAND_BYTES}, "
+        f"each item at most {limits.MAX_ARG_BYTES}); longer: 413 too_large",
     )
     timeout: float | None = documented(
         None,

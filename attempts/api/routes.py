@@ -126,8 +126,9 @@ class SandboxOut(Schema):
 
 
 COMMAND_BOUND = (
-    f"at most {limits.MAX_COMMAND_BYTES} bytes (its argv's items together); longer: 413 "
-    "too_large. A long script goes in as a file or as stdin"
+    f"at most {limits.MAX_COMMAND_BYTES} bytes (its argv's items together), each argument (a "
+    f"string command is one) at most {limits.MAX_ARG_BYTES}; longer: 413 too_large. A long "
+    "script goes in as a file or as stdin"
 )
 
 
@@ -217,7 +218,7 @@ class AttemptsIn(Schema):
     command: str = Field(
         "",
         description=f"the command agent's command: at most "
-        f"{limits.MAX_COMMAND_BYTES} bytes (longer: 400 invalid)",
+        f"{limits.MAX_ARG_BYTES} bytes (longer: 400 invalid)",
     )
     n: int = documented(1, "attempts to start", ge=1, le=limits.MAX_ATTEMPTS_AT_ONCE)
     callback_url: str = ""

@@ -18,12 +18,13 @@ EXEC_TIMEOUT = 600.0  # seconds a command may run when its caller gives no timeo
 MAX_COMMAND_SECONDS = 24 * 3600.0  # the longest timeout a command may be given: a day
 MAX_STAGE_SECONDS = 7 * 24 * 3600.0  # the longest a task's setup, agent or check may be given
 # A command reaches the sandbox as arguments of a process (`/bin/sh -c COMMAND`, or its argv),
-# and Linux takes at most 128 KiB in one argument and 2 MiB in all with the environment: a
-# command (its string, or its argv's items together) and the variables a caller adds to its
-# environment (NAME=value, together) may each have this many bytes. A longer script goes in as
-# a file or as standard input.
-MAX_COMMAND_BYTES = 100 * 1024
-MAX_ENV_BYTES = 100 * 1024
+# and Linux takes at most 128 KiB in one argument (a string command is one; so is each NAME=value)
+# and 2 MiB in all with the environment: a command (its argv's items together) and the variables
+# a caller adds to its environment (together) may have these many bytes, each argument or
+# variable at most MAX_ARG_BYTES. A longer script goes in as a file or as standard input.
+MAX_ARG_BYTES = 128 * 1024
+MAX_COMMAND_BYTES = 1536 * 1024
+MAX_ENV_BYTES = 256 * 1024
 
 
 def command_bytes(command: str | list[str]) -> int:
@@ -33,11 +34,21 @@ def command_bytes(command: str | list[str]) -> int:
     return sum(len(str(item).encode("utf-8", errors="surrogatepass")) + 1 for item in items)
 
 
+def _argument_too_long(items: list[str]) -> str:
+    longest = max((command_bytes([item]) for item in items), default=0)
+    if longest <= MAX_ARG_BYTES:
+        return ""
+    return (
+        f"one argument of {longest} bytes, more than the {MAX_ARG_BYTES} one may have "
+        "(MAX_ARG_BYTES): split it, or write it as a file and run that"
+    )
+
+
 def command_too_long(command: str | list[str]) -> str:
     """Why a command is more than a sandbox process takes, or "" when it is not."""
     size = command_bytes(command)
     if size <= MAX_COMMAND_BYTES:
-        return ""
+        return _argument_too_long([command] if isinstance(command, str) else command)
     return (
         f"{size} bytes, more than the {MAX_COMMAND_BYTES} a command may have (MAX_COMMAND_BYTES):"
         " write a long script as a file and run that, or send it as standard input"
@@ -48,7 +59,7 @@ def environment_too_long(env: dict[str, str]) -> str:
     """Why variables added to a command's environment are more than it takes, or ""."""
     size = command_bytes([f"{name}={value}" for name, value in env.items()])
     if size <= MAX_ENV_BYTES:
-        return ""
+        return _argument_too_long([f"{name}={value}" for name, value in env.items()])
     return (
         f"{size} bytes of NAME=value, more than the {MAX_ENV_BYTES} a command's added "
         "environment may have (MAX_ENV_BYTES): pass large values in a file"
