@@ -228,6 +228,12 @@ def _text(spec: dict, key: str, default: str, *, most: int, where: str = "") -> 
     where = where or key
     if not isinstance(value, str):
         raise TaskInvalid(where, f"{value!r}: expected a string")
+    return storable_text(value, where, most=most)
+
+
+def storable_text(value: str, where: str, *, most: int) -> str:
+    """`value` as a database keeps it: no NUL byte, at most `most` characters (TaskInvalid
+    naming `where` otherwise)."""
     if "\0" in value:
         raise TaskInvalid(where, "holds a NUL byte")
     if len(value) > most:

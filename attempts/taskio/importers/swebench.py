@@ -23,7 +23,12 @@ from django.utils.text import slugify
 from attempts.core.errors import TaskInvalid
 from attempts.core.protected import glob_literal
 from attempts.taskio import repos
-from attempts.taskio.folders import check_reference_is_honest, reference_applies_in, require_image
+from attempts.taskio.folders import (
+    check_reference_is_honest,
+    reference_applies_in,
+    require_image,
+    storable_text,
+)
 from attempts.taskio.importers.items import ImportItem, guarded
 
 REQUIRED = (
@@ -124,11 +129,7 @@ def _text(row: dict, key: str, *, most: int = 10**8) -> str:
     value = row[key]
     if not isinstance(value, str):
         raise TaskInvalid(key, f"must be a string, not {type(value).__name__}")
-    if "\0" in value:
-        raise TaskInvalid(key, "holds a NUL byte")
-    if len(value) > most:
-        raise TaskInvalid(key, f"longer than {most} characters")
-    return value
+    return storable_text(value, key, most=most)
 
 
 def task_values(row: dict, *, repos_dir: Path | None, image: str, test_cmd: str) -> dict:
