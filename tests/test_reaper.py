@@ -114,21 +114,25 @@ def test_beat_applies_retention_to_kept_sandboxes(worker, load_example, settings
         "BOLTZ_RETENTION_INTERVAL": "1",
         "BOLTZ_DATA_DIR": str(settings.DATA_DIR),
     }
+    (ROOT / "test-results").mkdir(exist_ok=True)
+    log = open(ROOT / "test-results" / f"beat-{os.getpid()}.log", "wb")  # noqa: SIM115
     beat = subprocess.Popen(
         [sys.executable, "manage.py", "run_beat"],
         cwd=ROOT,
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     try:
-        wait_until(
+        wait_until(  # beat, then the retention task, then the host's reaper: slow when loaded
             lambda: Attempt.objects.get(pk=old.pk).sandbox_state == SandboxState.DELETED,
-            what="retention to delete the old sandbox",
+            timeout=150,
+            what=f"retention to delete the old sandbox (beat's log: {log.name})",
         )
     finally:
         beat.terminate()
         beat.wait(timeout=20)
+        log.close()
     old.refresh_from_db()
     assert old.sandbox_deleted_by == "retention" and not containers_of(old.pk)
     assert Attempt.objects.get(pk=fresh.pk).sandbox_state == SandboxState.STOPPED

@@ -189,7 +189,7 @@ def _page_urls(world: dict) -> list[tuple[str, bool]]:
     """(url, is_export) of every page of every pattern, filled with every value there is."""
     urls, unfilled = [], []
     for route, namespace, name in _patterns():
-        key = f"{namespace}:{name}"
+        key = f"{namespace}:{name}" if namespace else name
         if name is None:
             key = (
                 f"{namespace}:<catch-all>"
@@ -315,6 +315,7 @@ def _api_gets(api: httpx.Client, grep: Grep, *, sandbox: int, reads: list[str]) 
         "evaluation_id": list(Evaluation.objects.values_list("pk", flat=True)),
     }
     queries = {"path": reads}
+    outputs = _world()["outputs"]
     done = set()
     for path, operations in schema["paths"].items():
         if "get" not in operations:
@@ -323,8 +324,13 @@ def _api_gets(api: httpx.Client, grep: Grep, *, sandbox: int, reads: list[str]) 
         in_path = [p["name"] for p in params if p["in"] == "path"]
         required = [p["name"] for p in params if p["in"] == "query" and p.get("required")]
         optional = [p["name"] for p in params if p["in"] == "query" and not p.get("required")]
-        assert all(n in values for n in in_path), f"GET {path}: fill {in_path}"
-        for combo in itertools.product(*(values[n] for n in in_path)):
+        if in_path == ["attempt_id", "name"]:  # only names an attempt has: its raw outputs
+            combos = [(pk, name) for pk, names in outputs.items() for name in names]
+            assert combos, f"GET {path}: no attempt kept a raw output to fetch"
+        else:
+            assert all(n in values for n in in_path), f"GET {path}: fill {in_path}"
+            combos = list(itertools.product(*(values[n] for n in in_path)))
+        for combo in combos:
             url = "/api" + path.format(**dict(zip(in_path, combo, strict=True)))
             asked = [n for n in (*required, *optional) if n in queries]
             assert set(required) <= set(asked), f"GET {path}: give {required}"

@@ -212,9 +212,11 @@ def _missing(queue: str) -> list[Attempt]:
 
 
 def _attempts_in_redis(queue: str) -> set[int]:
-    """The attempts whose message Redis holds: waiting in `queue` (kombu's Redis transport keeps
-    a queue's messages in a list of its name; Boltz gives none a priority, which would put it in
-    another) or taken by a worker and not yet acknowledged (its `unacked` hash)."""
+    """The attempts whose message Redis holds for `queue`: waiting in it (kombu's Redis transport
+    keeps a queue's messages in a list of its name; Boltz gives none a priority, which would put
+    it in another) or taken from it by a worker and not yet acknowledged (the `unacked` hash,
+    shared by all queues: each entry is [message, exchange, routing key], and a message sent to a
+    queue is routed by the queue's name)."""
     try:
         with app.connection_for_read() as connection:
             channel = connection.default_channel
@@ -223,7 +225,11 @@ def _attempts_in_redis(queue: str) -> set[int]:
     except SEND_ERRORS as exc:
         raise _went_down(exc) from None
     messages = [_loads(raw) for raw in waiting]
-    messages += [entry[0] for entry in map(_loads, taken) if isinstance(entry, list) and entry]
+    messages += [
+        entry[0]
+        for entry in map(_loads, taken)
+        if isinstance(entry, list) and len(entry) == 3 and entry[2] == queue
+    ]
     return {found for found in map(_attempt_of, messages) if found is not None}
 
 
