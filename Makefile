@@ -38,28 +38,34 @@ demo: install services image
 stop:
 	scripts/demo.sh stop
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist), each module's tests in one of them:
+# most tests wait on Docker, a worker or a browser, so 4 keep 2 cores busy. Each process has its
+# own data folder, Redis database, queue and container label (boltz_web/testing.py).
+TEST_WORKERS ?= 4
+PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25 -o junit_family=xunit1
+
 test: install install-train services image
 	scripts/services.sh browser
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest --junitxml=test-results/junit.xml -o junit_family=xunit1
+	$(PYTEST) --junitxml=test-results/junit.xml
 
 # The training exports alone (`make test` runs them too): they load with Hugging Face datasets and
 # train a step with TRL on a tiny model, on CPU and offline (the `train` extra).
 test-train: install install-train services image
-	$(PY) -m pytest -m train
+	$(PYTEST) -m train
 
 # The hostile-agent tests again with sandboxes under gVisor (BOLTZ_RUNTIME=runsc): skipped, with
 # the reason, where Docker here has no runsc.
 RUNSC_TESTS := tests/test_redteam.py tests/test_redteam_round2.py tests/test_redteam_round3.py \
 	tests/test_tamper.py tests/test_exec_users.py tests/test_disk_limits.py
 test-runsc: install services image
-	BOLTZ_RUNTIME=runsc BOLTZ_REDIS_URL=redis://127.0.0.1:6379/2 $(PY) -m pytest \
-		--junitxml=test-results/junit-runsc.xml -o junit_family=xunit1 $(RUNSC_TESTS)
+	BOLTZ_RUNTIME=runsc BOLTZ_TEST_REDIS_DB=9 $(PYTEST) --junitxml=test-results/junit-runsc.xml \
+		$(RUNSC_TESTS)
 
 # The pipeline and page tests again, on PostgreSQL (SQLite is the default everywhere else).
 test-postgres: install services image
 	scripts/services.sh postgres
-	DATABASE_URL=postgres://boltz@127.0.0.1:5433/boltz $(PY) -m pytest tests/test_pipeline.py tests/test_pages.py
+	DATABASE_URL=postgres://boltz@127.0.0.1:5433/boltz $(PYTEST) tests/test_pipeline.py tests/test_pages.py
 
 # docs/RELIABILITY.md: every hostile agent, fault, access case and fuzz target, run and written
 # with what each measured.

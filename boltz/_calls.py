@@ -46,7 +46,7 @@ from boltz._core import (
     write_local,
 )
 from boltz.archives import safe_extract, tar_directory
-from boltz.errors import BoltzIsADirectoryError, SandboxClosed, SandboxGone
+from boltz.errors import BoltzError, BoltzIsADirectoryError, SandboxClosed, SandboxGone
 from boltz.evaluations import EvaluationReport, Waiting, evaluation_input
 from boltz.types import (
     Attempt,
@@ -74,7 +74,20 @@ DEFAULT_RESET_WAIT = 60.0
 
 
 def _list_of(parse: Callable[[Any], Any]) -> Callable[[Any], list[Any]]:
-    return lambda data: [parse(item) for item in data or []]
+    """A list answer's items, parsed; any other answer (not empty) is a BoltzError that says
+    so, never a TypeError or an empty list that would pass for "none"."""
+
+    def parsed(data: Any) -> list[Any]:
+        if data is None:
+            return []
+        if not isinstance(data, list):
+            raise BoltzError(
+                f"the server answered a JSON {type(data).__name__} where a list was expected: "
+                "is it a Boltz server of this SDK's version?"
+            )
+        return [parse(item) for item in data]
+
+    return parsed
 
 
 # Calls that open a handle to close.

@@ -68,14 +68,20 @@ def docker_ready():
             f"BOLTZ_RUNTIME={settings.BOLTZ_RUNTIME}: {runtime.runtime_refusal(settings.BOLTZ_RUNTIME)}"
         )
     _remove_test_containers()
-    yield
-    _remove_test_containers()
+    _used_docker.append(True)  # the rest go when the session ends (pytest_sessionfinish)
+
+
+_used_docker: list[bool] = []
 
 
 def _remove_test_containers() -> None:
-    """Remove this run's containers, and those of earlier test runs whose process is gone."""
+    """Remove this run's containers, and those of earlier test runs whose process is gone
+    (several at once: a loaded storage driver takes seconds for each)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from attempts.run.docker import runtime
 
+    ours = []
     for container in runtime.list_sandboxes(all_hosts=True, any_instance=True):
         if container["status"] == "removing":  # already on its way out (Docker answers 409)
             continue
@@ -83,7 +89,9 @@ def _remove_test_containers() -> None:
         if instance == settings.BOLTZ_INSTANCE or (
             instance.startswith("boltz-test-") and not _alive(instance.rsplit("-", 1)[-1])
         ):
-            runtime.remove_container(container["id"])
+            ours.append(container["id"])
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(runtime.remove_container, ours))
 
 
 def _alive(pid: str) -> bool:
@@ -389,6 +397,9 @@ def task_dir(tmp_path):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    # Here, not in a fixture's teardown: that would count against the last test's timeout.
+    if _used_docker:
+        _remove_test_containers()
     if os.environ.get("BOLTZ_TEST_OWNS_DATA_DIR") == "1":
         shutil.rmtree(settings.DATA_DIR, ignore_errors=True)
 

@@ -85,6 +85,8 @@ CALLS = {
 )
 @example("exec", 400, {}, DEEP_JSON)  # was RecursionError reading the error's detail
 @example("exec", 200, {}, b'{"exit_code": ' + LONG_INTEGER + b"}")
+@example("files.list", 200, {}, b"NaN")  # was TypeError: a list answer that is not a list
+@example("files.list", 200, {}, b'{"name": "x"}')
 def test_an_answer_is_a_result_or_a_boltz_error(call, status, head, body):
     with _client(status, head, body) as client:
         sandbox = client.get_sandbox(7)

@@ -521,10 +521,13 @@ def _take_steps_once(requests, results):
                 or row["sandbox_deleted_at"]
             ):
                 # Ended between the read and the write (in the same transaction, the write
-                # matched the row exactly when it is still live).
+                # matched the row exactly when it is still live): told as if it had ended before
+                # (a sandbox that died is masked, infrastructure, whichever noticed it first).
+                ended = Attempt.objects.get(pk=row["pk"])
                 how = row["episode_end"] or row["status"]
-                why = f"environment {i}'s episode ended ({how}): reset it"
-                results[i] = _unstepped(i, episode, "refused", why)
+                results[i] = _not_steppable(i, ended) or _unstepped(
+                    i, ended, "refused", f"environment {i}'s episode ended ({how}): reset it"
+                )
                 continue
             host, pk, step, wait = request
             seq = (tops.get(row["pk"]) or 0) + 1
@@ -604,6 +607,11 @@ def _result(index: int, episode: Attempt, call: opcalls.Call) -> dict:
     try:
         answer = call.get(0)
     except Refusal as refusal:
+        if isinstance(refusal, WrongState):  # ended meanwhile: told as if before the step
+            ended = Attempt.objects.filter(pk=episode.pk).first()
+            told = ended and _not_steppable(index, ended)
+            if told:
+                return told
         if isinstance(refusal, ACTION_REFUSALS):
             return _unstepped(index, episode, "refused", refusal.detail)
         kind = "infrastructure" if isinstance(refusal, INFRASTRUCTURE_REFUSALS) else "internal"
