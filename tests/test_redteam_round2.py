@@ -12,7 +12,6 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from django.conf import settings
 
 from tests.attacks import FLIP_BODY
 from tests.test_check_integrity import failed_with_zero
@@ -145,13 +144,6 @@ def test_witness_forged_for_required_tests(worker, make_task):
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.xfail(
-    settings.BOLTZ_RUNTIME == "runsc",
-    strict=True,
-    reason="under gVisor the task's pids limit is not held inside the sandbox (only the host's, "
-    "with room for gVisor's threads): the flood outlives the check's time limit and Boltz "
-    "cannot stop it, an infrastructure error (issue 22, open)",
-)
 def test_pid_flood_dodges_the_zero(worker, make_task):
     """Code under test exhausts the sandbox's pids: whatever Boltz then fails to run must still
     be the agent's failure (score 0), never an infrastructure error left out of the scores."""

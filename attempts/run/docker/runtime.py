@@ -352,10 +352,23 @@ def _storage_opt(disk_bytes: int) -> dict[str, str] | None:
 
 
 def _host_pids(pids: int) -> int:
-    """The host's limit on a sandbox's processes and threads for the task's `pids`: under
-    gVisor its own kernel's threads count there too, and on its ptrace platform each of the
-    sandbox's threads has a host thread beside it."""
-    return 2 * pids + 256 if settings.BOLTZ_RUNTIME == "runsc" else pids
+    """The host's limit on a sandbox's processes and threads for the task's `pids`. Under
+    gVisor the sandbox's processes are not the host's: its own kernel holds them to `pids` per
+    user (`_process_ulimits`), and this limit only keeps the host safe. Each sandbox process
+    costs ~10 host tasks there (gVisor's ptrace platform: 50 sleeping processes took 39 -> 500
+    host tasks, 100 -> 1046), and one past the host's limit crashes the whole sandbox (an
+    infrastructure error, not the agent's): room for two users' `pids` each."""
+    return 24 * pids + 512 if settings.BOLTZ_RUNTIME == "runsc" else pids
+
+
+def _process_ulimits(pids: int) -> list[docker.types.Ulimit] | None:
+    """Under gVisor, the task's `pids` as each user's process limit (RLIMIT_NPROC, counted by
+    gVisor's kernel within the sandbox): a flood of processes fails to fork there, as it does
+    under runc at the cgroup's limit, instead of crashing the sandbox. Not under runc, where
+    the kernel counts a user's processes across the whole host."""
+    if settings.BOLTZ_RUNTIME != "runsc":
+        return None
+    return [docker.types.Ulimit(name="nproc", soft=pids, hard=pids)]
 
 
 @functools.cache
@@ -526,6 +539,7 @@ class Sandbox:
             memswap_limit=spec.memory_bytes,
             nano_cpus=int(spec.cpus * 1e9),
             pids_limit=_host_pids(spec.pids_limit),
+            ulimits=_process_ulimits(spec.pids_limit),
             storage_opt=_storage_opt(spec.disk_bytes),
             runtime=settings.BOLTZ_RUNTIME or None,
             init=True,
