@@ -112,3 +112,43 @@ def test_a_task_without_its_own_limit_has_the_settings(settings):
     settings.BOLTZ_DISK_LIMIT = 3 * MB
     assert Task(disk_bytes=None).disk_limit == 3 * MB
     assert Task(disk_bytes=5 * MB).disk_limit == 5 * MB
+
+
+@pytest.mark.timeout(400)
+def test_an_in_place_check_on_a_disk_the_agent_left_full_is_the_agents_outcome(
+    worker, make_task, figure
+):
+    """The agent fills its disk to the limit and leaves it full; the check then runs in the
+    same container. Whatever that breaks is the agent's own doing: the fix still passes or
+    the attempt fails with a score of 0, never an infrastructure error left out of the scores,
+    and a wrong fix never passes."""
+    fill = "dd if=/dev/zero of=/workspace/kept bs=1M count=200 2>/dev/null; "
+    fill += "dd if=/dev/zero of=/tmp/kept bs=1M count=200 2>/dev/null; "
+    fixed = "sed -i 's/a - b/a + b/' calc.py; "
+    tasks = {}
+    for name in ("fixed", "buggy"):
+        task = make_task(mode="in_place")
+        task.disk_bytes = 32 * MB
+        task.save()
+        tasks[name] = task
+    attempts = wait_finished(
+        [
+            attempt_create(task=tasks["fixed"], agent="command", command=fixed + fill),
+            attempt_create(task=tasks["buggy"], agent="command", command=fill),
+        ],
+        timeout=300,
+    )
+    seen = {a.pk: (a.outcome, a.score, a.failure_reason) for a in attempts}
+    fixed_attempt, buggy_attempt = attempts
+    assert fixed_attempt.outcome in (Outcome.PASSED, Outcome.FAILED), seen
+    assert (fixed_attempt.score == 1.0) == (fixed_attempt.outcome == Outcome.PASSED), seen
+    assert buggy_attempt.outcome == Outcome.FAILED and buggy_attempt.score == 0.0, seen
+    for attempt in attempts:  # why it failed, when it did: the disk the agent filled
+        if attempt.outcome == Outcome.FAILED:
+            assert "disk limit of 32 MB reached" in attempt.failure_reason, seen
+    used, allowed = runtime.Sandbox(buggy_attempt.container_id).disk_usage()
+    assert used >= allowed - MB  # it was full when the check ran
+    figure(
+        f"disk left full (32 MB): the fix {fixed_attempt.outcome}, the wrong code "
+        f"{buggy_attempt.outcome} with score 0; no infrastructure error"
+    )

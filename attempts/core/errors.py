@@ -24,6 +24,16 @@ class SandboxGone(InfrastructureError):
     """The attempt's container disappeared or died under it."""
 
 
+class DiskFull(Exception):
+    """The sandbox's disk is at its limit, so Docker cannot start its container again (it
+    sets the disk quota at each start, and refuses one below what is held): what the agent
+    wrote did that, so it is the agent's failure, never an infrastructure error."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
 class TaskInvalid(Exception):
     """A task definition that cannot be run; `field` names what to fix."""
 

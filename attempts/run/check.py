@@ -23,7 +23,7 @@ from pathlib import Path
 from django.db import transaction
 
 from attempts.core import runner_reach, stage_env
-from attempts.core.errors import InfrastructureError
+from attempts.core.errors import DiskFull, InfrastructureError
 from attempts.core.protected import Protection, ResetPlan, ancestors, reset_plan
 from attempts.core.timeline import clip
 from attempts.exports.workspace import ChunkReader
@@ -103,6 +103,10 @@ def links_out_of_the_tree(archive: Path, workdir: str, changed: list[tuple[str, 
             ):
                 found.append(f"{rel} -> {member.linkname}"[:300])
     return found
+
+
+# The summary of an in-place check that could not start: the agent left its disk full.
+IN_PLACE_DISK_FULL = "the check could not run in place"
 
 
 class CheckBlocked(Exception):
@@ -425,13 +429,23 @@ class Check:
                 f"made outside it: {', '.join(self.outside[:5])}; the record cannot show them",
                 outside_links=self.outside[:200],
             )
-        agent.start()
+        try:
+            agent.start()
+        except DiskFull as exc:
+            saved.unlink(missing_ok=True)
+            why = f"{IN_PLACE_DISK_FULL}: {exc.reason}"
+            raise CheckBlocked(why, CommandRun.not_run(why)) from None
         try:
             return self._run_check(agent, entries, mode=CheckMode.IN_PLACE)
         finally:
             try:
                 self._put_back(agent, saved, entries)
-            except (CheckBlocked, harbor_layout.LayoutBlocked, InfrastructureError) as exc:
+            except (
+                CheckBlocked,
+                harbor_layout.LayoutBlocked,
+                InfrastructureError,
+                DiskFull,
+            ) as exc:
                 why = getattr(exc, "summary", "") or getattr(exc, "reason", str(exc))
                 self.timeline.add(
                     EventKind.ERROR,

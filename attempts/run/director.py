@@ -35,6 +35,7 @@ from attempts.core.errors import (
     NETWORK_TASKS_OFF,
     AttemptGone,
     AttemptStopped,
+    DiskFull,
     InfrastructureError,
     SandboxGone,
     TaskInvalid,
@@ -56,7 +57,7 @@ from attempts.models import (
 )
 from attempts.run import diagnosis, harbor_layout
 from attempts.run.changes import ChangesUnavailable
-from attempts.run.check import Check, limit_text
+from attempts.run.check import IN_PLACE_DISK_FULL, Check, limit_text
 from attempts.run.docker.runtime import (
     Sandbox,
     SandboxSpec,
@@ -549,6 +550,7 @@ class AttemptRunner:
 EXPECTED_ERRORS = (
     ChangesUnavailable,
     AttemptStopped,
+    DiskFull,
     InfrastructureError,
     TaskInvalid,
     SoftTimeLimitExceeded,
@@ -568,6 +570,8 @@ def outcome_of(
         return Outcome.FAILED, f"changes unavailable: {exc.reason}", 0.0
     if isinstance(exc, AttemptStopped):
         return Outcome.CANCELLED, exc.reason, None
+    if isinstance(exc, DiskFull):  # what the agent wrote keeps its sandbox from starting
+        return Outcome.FAILED, f"{stage}: {exc.reason}", 0.0
     if isinstance(exc, InfrastructureError):
         why = stopped()
         if why:
@@ -586,7 +590,7 @@ def outcome_of(
 
 
 # Checks that failed for a reason other than their tests: that reason is the attempt's.
-_CHECK_FAULTS = ("the check was killed", "the task's setup", "protected paths")
+_CHECK_FAULTS = ("the check was killed", "the task's setup", "protected paths", IN_PLACE_DISK_FULL)
 
 
 def verdict_of(task, result: CheckResult) -> tuple[str, str]:

@@ -59,6 +59,15 @@ class CommandRun:
     def truncated(self) -> bool:
         return self.stdout.truncated or self.stderr.truncated
 
+    @classmethod
+    def not_run(cls, why: str) -> CommandRun:
+        """A command that could not be run at all: no exit code, `why` as its output."""
+        said = why.encode()
+        out = StreamCapture(head_limit=0, tail_limit=0)
+        err = StreamCapture(head_limit=len(said), tail_limit=0)
+        err.feed(said)
+        return cls(ExecResult(None, False, 0.0), out, err, {})
+
 
 # Users resolved per sandbox, once (a task's agent user is looked up on every file operation
 # of an API sandbox): what the image said when first asked, whatever the agent does to its

@@ -27,6 +27,7 @@ import requests.exceptions
 from django.conf import settings
 
 from attempts.core.errors import (
+    DiskFull,
     DockerUnavailable,
     ImageBuildFailed,
     InfrastructureError,
@@ -351,6 +352,11 @@ def _storage_opt(disk_bytes: int) -> dict[str, str] | None:
     return {"size": str(disk_bytes)}
 
 
+# Docker's btrfs driver sets a container's quota at each start; one whose disk holds its limit
+# already cannot start again ("Failed to limit qgroup for ...: disk quota exceeded").
+_QUOTA_FULL = "disk quota exceeded"
+
+
 def _host_pids(pids: int) -> int:
     """The host's limit on a sandbox's processes and threads for the task's `pids`. Under
     gVisor the sandbox's processes are not the host's: its own kernel holds them to `pids` per
@@ -555,7 +561,15 @@ class Sandbox:
 
     @docker_call
     def start(self) -> None:
-        client().api.start(self.id)
+        """Start (or start again) the container. DiskFull if its disk is at its limit."""
+        try:
+            client().api.start(self.id)
+        except docker.errors.APIError as exc:
+            if _QUOTA_FULL in str(exc.explanation or exc):
+                raise DiskFull(
+                    "Docker cannot start the sandbox again: its disk is at its limit"
+                ) from None
+            raise
 
     @docker_call
     def stop(self, timeout: int = 2) -> None:
@@ -581,7 +595,7 @@ class Sandbox:
     def kill_all_processes(self) -> None:
         """End every process in the sandbox and start it again with only its init."""
         self.halt()
-        client().api.start(self.id)
+        self.start()
 
     @docker_call
     def oom_kills(self) -> int | None:
