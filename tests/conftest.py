@@ -224,7 +224,7 @@ def web(django_db_setup, django_db_blocker, redis_ready):
         yield url
 
 
-def wait_finished(attempts, timeout: float = 90):
+def wait_finished(attempts, timeout: float = 150):
     """Wait until every attempt has finished (or was cancelled); return them fresh."""
     from attempts.models import DONE_STATUSES, Attempt
 
@@ -255,7 +255,10 @@ def new_task(slug: str = "t", **fields):
     return Task.objects.create(slug=slug, **values)
 
 
-def wait_until(predicate, timeout: float = 40, what: str = "condition") -> None:
+def wait_until(predicate, timeout: float = 120, what: str = "condition") -> None:
+    """Wait for recorded state. The default is generous: it costs nothing when the state
+    comes, and a loaded machine (4 test processes on 2 cores) can take a minute for what
+    takes seconds alone."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:

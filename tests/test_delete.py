@@ -97,7 +97,7 @@ def test_deleting_a_running_attempt_leaves_nothing_and_the_worker_goes_on(worker
     attempt = attempt_create(task=task, agent="command", command="echo go; sleep 60")
     wait_running(attempt)
     attempt_delete(attempt=attempt, by="carol")
-    wait_until(lambda: not containers_of(attempt.pk), timeout=60, what="the container to go")
+    wait_until(lambda: not containers_of(attempt.pk), what="the container to go")
     time.sleep(1)
     assert not Event.objects.filter(attempt_id=attempt.pk).exists()
     assert not default_storage.exists(f"attempts/{attempt.pk}")

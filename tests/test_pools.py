@@ -224,8 +224,8 @@ def test_the_headline_example_compares_eight_candidates(client, served):
 def test_over_capacity_an_environment_waits_then_is_masked_with_its_wait(client):
     # Earlier tests' sandboxes go as their holders see their records flushed: room for 8 first.
     running = {"label": "boltz.host=pools-host", "status": "running"}
-    wait_until(
-        lambda: not docker.from_env().containers.list(filters=running),
+    wait_until(  # the plain list (no inspect of each, which races a removal)
+        lambda: not docker.from_env().api.containers(filters=running),
         what="the earlier tests' sandboxes to go",
     )
     # The host's 8 slots are taken first (however long a loaded machine takes to start them);
