@@ -53,7 +53,8 @@ CASES = [
     Case(
         "Bounded resources",
         "disk: a sandbox writing 200 MB into /tmp, /workspace and /var/tmp "
-        "under a 64 MB limit; an honest agent under the same limit",
+        "under a 64 MB limit; an honest agent under the same limit; an in-place check on a "
+        "disk the agent left full",
         "tests/test_disk_limits.py",
         ("disk",),
     ),
@@ -145,6 +146,10 @@ def run(files: list[str], env: dict[str, str]) -> ET.Element:
                 "-q",
                 "-p",
                 "no:cacheprovider",
+                "-n",
+                os.environ.get("TEST_WORKERS", "4"),
+                "--dist",
+                "loadfile",
                 f"--junitxml={report}",
                 "-o",
                 "junit_family=xunit1",
