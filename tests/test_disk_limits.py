@@ -152,3 +152,34 @@ def test_an_in_place_check_on_a_disk_the_agent_left_full_is_the_agents_outcome(
         f"disk left full (32 MB): the fix {fixed_attempt.outcome}, the wrong code "
         f"{buggy_attempt.outcome} with score 0; no infrastructure error"
     )
+
+
+@pytest.mark.timeout(400)
+def test_a_full_disk_is_the_sandboxs_own_doing_in_the_api_and_in_pools(
+    worker, web, load_example, figure
+):
+    """A live sandbox that fills its disk: a file written then is refused as `disk_full`
+    (409, the client's to fix), never a 502 infrastructure error; freeing space lets it go on.
+    A pool's `write` on a full disk is refused, never masked as the infrastructure's."""
+    from boltz.errors import BoltzError
+    from tests.conftest import sdk_client
+
+    task = load_example("fix-add", disk_bytes=16 * MB)
+    fill = "dd if=/dev/zero of=/workspace/fill bs=1M count=64 2>/dev/null; true"
+    with sdk_client(web, "filler") as client:
+        with client.sandbox(task=task.slug, wait=120) as sandbox:
+            sandbox.exec(fill)
+            with pytest.raises(BoltzError) as refused:
+                sandbox.files.write("note.txt", "x" * 100_000)
+            assert (refused.value.status, refused.value.code) == (409, "disk_full"), refused.value
+            assert "remove files to free space" in str(refused.value)
+            sandbox.exec("rm /workspace/fill")
+            sandbox.files.write("note.txt", "x" * 100_000)
+            assert sandbox.files.read("note.txt") == b"x" * 100_000
+        with client.pool(task=task.slug, size=1) as pool:
+            pool.reset(wait=120)
+            pool.step([fill])
+            (result,) = pool.step([{"write": {"note.txt": "x" * 100_000}}])
+            info = result.info
+            assert info["failure_kind"] == "refused" and "disk" in info["error"], info
+    figure("a write on a full disk: 409 disk_full through the API, refused in a pool")

@@ -239,10 +239,13 @@ def test_what_was_checked_is_what_the_diff_shows(worker, hostile_task):
 def test_running_out_of_memory_is_the_reason(worker, hostile_task):
     task, _base, _fix = hostile_task
     attempt = run(task, hog="python3 -c 'x = bytearray(1024 * 1024 * 1024)'\n")["hog"]
-    assert attempt.outcome == Outcome.FAILED
-    assert attempt.failure_reason == (
-        "a process of the agent's was killed: out of memory (256 MB limit)"
-    )
+    assert attempt.outcome == Outcome.FAILED and attempt.score == 0.0
+    # Under runc the kernel kills the process; under gVisor (its own memory counted with the
+    # sandbox's) the whole sandbox goes: either way, memory is named as the agent's failure.
+    assert attempt.failure_reason in (
+        "a process of the agent's was killed: out of memory (256 MB limit)",
+        "the sandbox was killed during the agent's step: out of memory (256 MB limit)",
+    ), attempt.failure_reason
 
 
 def test_a_declared_reward_file_that_is_never_written_fails_with_that_reason(worker, hostile_task):
@@ -393,10 +396,9 @@ def test_a_check_that_runs_out_of_memory_says_so(worker, hostile_task):
     task.check_command = "python3 -c 'x = bytearray(1024 * 1024 * 1024)'"
     task.save()
     attempt = run(task, fixer=FIX)["fixer"]
-    assert attempt.outcome == Outcome.FAILED
-    assert attempt.failure_reason.startswith(
-        "the check was killed: out of memory (256 MB limit); the check exited 137"
-    )
+    assert attempt.outcome == Outcome.FAILED and attempt.score == 0.0, attempt.failure_reason
+    # Under gVisor the whole check container is killed, not one process: no exit code then.
+    assert attempt.failure_reason.startswith("the check was killed: out of memory (256 MB limit)")
 
 
 def test_the_check_gets_every_change_when_the_page_is_capped_and_none_past_the_tree_cap(

@@ -121,6 +121,13 @@ class TaskNotRunnable(WrongState):
     code = "task_invalid"
 
 
+class SandboxDiskFull(WrongState):
+    """The sandbox's disk is at its limit: what it wrote keeps Docker from writing to it (or
+    from starting it again). The agent's doing, never the infrastructure's."""
+
+    code = "disk_full"
+
+
 class NoCheck(WrongState):
     """A sandbox started from an image, without a task, has no check to run."""
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from django.db import transaction
 
 from attempts.core import runner_reach, stage_env
-from attempts.core.errors import DiskFull, InfrastructureError
+from attempts.core.errors import DiskFull, InfrastructureError, SandboxGone
 from attempts.core.protected import Protection, ResetPlan, ancestors, reset_plan
 from attempts.core.timeline import clip
 from attempts.exports.workspace import ChunkReader
@@ -105,8 +105,10 @@ def links_out_of_the_tree(archive: Path, workdir: str, changed: list[tuple[str, 
     return found
 
 
-# The summary of an in-place check that could not start: the agent left its disk full.
-IN_PLACE_DISK_FULL = "the check could not run in place"
+# The summary of a check that a full disk kept from running: the agent's own (it left its disk
+# full, for an in-place check; its recorded changes overfill the check's container, for a
+# fresh one, as sparse files can).
+CHECK_DISK_FULL = "the check could not run on a full disk"
 
 
 class CheckBlocked(Exception):
@@ -275,6 +277,10 @@ class Check:
         except CheckBlocked as exc:
             score = scoring.Score(False, 0.0, "exit_code", summary=exc.summary)
             return self._save_check(mode=mode, run=exc.run, score=score)
+        except DiskFull as exc:
+            why = f"{CHECK_DISK_FULL}: {exc.reason}"
+            score = scoring.Score(False, 0.0, "exit_code", summary=why)
+            return self._save_check(mode=mode, run=CommandRun.not_run(why), score=score)
 
     def _check_fresh(self) -> CheckResult:
         task = self.task
@@ -430,11 +436,10 @@ class Check:
                 outside_links=self.outside[:200],
             )
         try:
-            agent.start()
-        except DiskFull as exc:
+            agent.start()  # DiskFull where the agent left its disk full (Check.run says so)
+        except DiskFull:
             saved.unlink(missing_ok=True)
-            why = f"{IN_PLACE_DISK_FULL}: {exc.reason}"
-            raise CheckBlocked(why, CommandRun.not_run(why)) from None
+            raise
         try:
             return self._run_check(agent, entries, mode=CheckMode.IN_PLACE)
         finally:
@@ -593,14 +598,22 @@ class Check:
             )
         ooms = session.oom_kills()
         pipe.start()
-        run = session.exec(
-            "check",
-            task.check_command,
-            timeout=task.check_timeout,
-            environment=env,
-            user=check_user,
-            user_name=task.check_user,
-        )
+        try:
+            run = session.exec(
+                "check",
+                task.check_command,
+                timeout=task.check_timeout,
+                environment=env,
+                user=check_user,
+                user_name=task.check_user,
+            )
+        except SandboxGone:
+            if not session.stopped_by_oom():
+                raise
+            # The kernel killed the whole container for memory (under gVisor, whose own
+            # memory counts with the sandbox's, it is the container, not one process).
+            why = f"the check was killed: out of memory ({limit_text(task.memory_bytes)} limit)"
+            raise CheckBlocked(why, CommandRun.not_run(why)) from None
         # Nothing the check started writes anything after it: a process it left behind (in a
         # session of its own) is ended before its pipe is closed and its reports are read.
         session.run_tool(

@@ -55,6 +55,7 @@ HELD = {
 _lock = threading.Lock()
 _busy: dict[int, int] = {}  # attempt id -> operations running on its sandbox in this process
 _suspect: dict[int, str] = {}  # attempt id -> its container, to judge when its operations end
+_full_disk: dict[int, str] = {}  # attempt id -> why Docker could not start it again
 
 
 @contextlib.contextmanager
@@ -73,6 +74,39 @@ def operating(attempt_id: int):
             container = _suspect.pop(attempt_id, None) if not left else None
         if container:
             _judge_now(attempt_id, container)
+
+
+def stopped_by_full_disk(attempt_id: int, reason: str) -> bool:
+    """After DiskFull in an operation: True (and noted for the sandbox's holder, which ends
+    it as the agent's failure) if its container is stopped, as Boltz left it when Docker could
+    not start it again; its stop is then no one else's doing."""
+    container = Attempt.objects.filter(pk=attempt_id).values_list("container_id", flat=True).first()
+    try:
+        info = runtime.inspect_container(container) if container else None
+    except InfrastructureError:  # Docker away: the sweep after it returns judges the sandbox
+        return False
+    if info is None or info["State"].get("Running"):
+        return False
+    with _lock:
+        _full_disk[attempt_id] = reason
+        _suspect.pop(attempt_id, None)
+    with transaction.atomic():
+        if Attempt.objects.filter(pk=attempt_id, sandbox_state=SandboxState.LIVE, **HELD).update(
+            sandbox_state=SandboxState.STOPPED
+        ):
+            Timeline(attempt_id).add(
+                EventKind.ERROR,
+                actor="agent",
+                message=f"{reason}: Docker could not start the sandbox again; it ends",
+            )
+    return True
+
+
+def full_disk_reason(attempt_id: int) -> str:
+    """Why the sandbox stopped, if a full disk kept Boltz from starting it again ("" if not);
+    said once, to its holder."""
+    with _lock:
+        return _full_disk.pop(attempt_id, "")
 
 
 def suspect(attempt_id: int, container: str) -> None:
@@ -102,6 +136,8 @@ def stopped(attempt_id: int, container: str, *, removed: bool, how: str, at=None
     leaves "live", which its holder reads; an event says what Docker saw. During an operation
     on the sandbox it is judged when the operation ends. True if marked now."""
     with _lock:
+        if attempt_id in _full_disk:  # Boltz stopped it, and a full disk kept it stopped
+            return False
         if _busy.get(attempt_id):
             _suspect[attempt_id] = container
             return False

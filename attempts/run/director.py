@@ -57,7 +57,7 @@ from attempts.models import (
 )
 from attempts.run import diagnosis, harbor_layout
 from attempts.run.changes import ChangesUnavailable
-from attempts.run.check import IN_PLACE_DISK_FULL, Check, limit_text
+from attempts.run.check import CHECK_DISK_FULL, Check, limit_text
 from attempts.run.docker.runtime import (
     Sandbox,
     SandboxSpec,
@@ -590,7 +590,7 @@ def outcome_of(
 
 
 # Checks that failed for a reason other than their tests: that reason is the attempt's.
-_CHECK_FAULTS = ("the check was killed", "the task's setup", "protected paths", IN_PLACE_DISK_FULL)
+_CHECK_FAULTS = ("the check was killed", "the task's setup", "protected paths", CHECK_DISK_FULL)
 
 
 def verdict_of(task, result: CheckResult) -> tuple[str, str]:
@@ -693,12 +693,12 @@ def recheck(attempt_id: int, *, by: str) -> None:
         with scratch_folder(attempt) as scratch:
             runner.trees = AttemptTrees(attempt, scratch)
             runner.check(requested_by=by)
-    except (InfrastructureError, AttemptStopped, ChangesUnavailable) as exc:
+    except (InfrastructureError, AttemptStopped, ChangesUnavailable, DiskFull) as exc:
         reason = getattr(exc, "reason", str(exc))
         runner.timeline.add(
             EventKind.ERROR,
             message=f"re-check failed: {reason}",
-            infrastructure=not isinstance(exc, ChangesUnavailable),
+            infrastructure=not isinstance(exc, ChangesUnavailable | DiskFull),
         )
     except AttemptGone:
         return

@@ -22,7 +22,13 @@ from django.utils import timezone
 
 from attempts.core import redaction
 from attempts.core.episodes import end_episode
-from attempts.core.errors import AttemptGone, InfrastructureError, SandboxGone, TaskInvalid
+from attempts.core.errors import (
+    AttemptGone,
+    DiskFull,
+    InfrastructureError,
+    SandboxGone,
+    TaskInvalid,
+)
 from attempts.dispatch import protocol as p
 from attempts.dispatch.errors import (
     ChangesUnreadable,
@@ -33,6 +39,7 @@ from attempts.dispatch.errors import (
     NotFound,
     Refusal,
     SandboxDeleted,
+    SandboxDiskFull,
     SandboxNotLive,
     TaskNotRunnable,
     TooLarge,
@@ -111,6 +118,9 @@ class ClientHold(WorkStage):
         on it is masked as such, and ends its episode). A container running again (an operator
         started it) is live again."""
         attempt = director.attempt
+        full = container_watch.full_disk_reason(attempt.pk)
+        if full:  # Boltz stopped it, and Docker could not start it again: a full disk
+            raise DiskFull(full)
         try:
             director.session.ensure_running()
         except InfrastructureError as exc:
@@ -177,6 +187,15 @@ def run_operation(attempt_id: int, request: p.Request) -> p.Answer:
             raise ChangesUnreadable(f"changes unavailable: {exc.reason}") from None
         except TaskInvalid as exc:  # the task's user is not (any more) in the sandbox's image
             raise TaskNotRunnable(f"{exc.field}: {exc.message}") from None
+        except DiskFull as exc:
+            # What the sandbox wrote fills its disk. Where Boltz stopped it (to end a command
+            # past its timeout) and Docker cannot start it again, the sandbox ends, as the
+            # agent's failure (`_ended_outside`).
+            stopped = container_watch.stopped_by_full_disk(attempt_id, exc.reason)
+            raise SandboxDiskFull(
+                f"{exc.reason}: "
+                + ("the sandbox has ended" if stopped else "remove files to free space")
+            ) from None
         except (SandboxGone, InfrastructureError) as exc:
             if used is not None:
                 used.failed()

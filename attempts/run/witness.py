@@ -19,7 +19,7 @@ import tarfile
 import threading
 from collections.abc import Callable
 
-from attempts.core.errors import InfrastructureError
+from attempts.core.errors import DiskFull, InfrastructureError
 from attempts.run.docker.runtime import TOOL_ENV, ExecResult, tool_command
 from attempts.run.scoring import WitnessRun, parse_witness_stream
 from attempts.run.session import SandboxSession
@@ -86,11 +86,15 @@ class WitnessPipe:
         except BaseException as exc:  # noqa: BLE001 - reported by finish()
             self.error = exc
 
-    def _as_witness(self, script: str, name: str, *, timeout: float) -> ExecResult:
+    def _as_witness(
+        self, script: str, name: str, *, timeout: float, said: bytearray | None = None
+    ) -> ExecResult:
         return self.session.sandbox.exec(
             tool_command(script, [self.pipe], name=name),
             timeout=timeout,
-            on_output=lambda _stream, _data: None,
+            on_output=lambda _stream, data: (
+                said.extend(data[: 4096 - len(said)]) if said is not None else None
+            ),
             environment={**TOOL_ENV, "BOLTZ_WITNESS_END": self.secret},
             user=f"{WITNESS_UID}:{WITNESS_UID}",
             workdir="/",
@@ -98,8 +102,11 @@ class WitnessPipe:
 
     def start(self) -> None:
         self.session.put_archive(self.folder_tar())
-        made = self._as_witness(_MAKE, "boltz-witness-pipe", timeout=30)
+        said = bytearray()
+        made = self._as_witness(_MAKE, "boltz-witness-pipe", timeout=30, said=said)
         if made.exit_code != 0:
+            if b"quota exceeded" in said.lower():  # the agent left no room for it
+                raise DiskFull("the sandbox's disk is at its limit: no room for the witness pipe")
             raise InfrastructureError("could not make the check's witness pipe")
         self.thread = threading.Thread(target=self._collect, name="witness", daemon=True)
         self.thread.start()

@@ -55,7 +55,11 @@ _client_lock = threading.Lock()
 _client: docker.DockerClient | None = None
 
 
-def _translate(exc: Exception) -> InfrastructureError:
+def _translate(exc: Exception) -> InfrastructureError | DiskFull:
+    if isinstance(exc, docker.errors.APIError) and _QUOTA_FULL in str(exc.explanation or exc):
+        # Docker could not write to (or start) a container whose disk holds its limit: what
+        # the sandbox wrote did that, never the infrastructure.
+        return DiskFull(f"the sandbox's disk is at its limit (Docker: {exc.explanation or exc})")
     if isinstance(exc, docker.errors.NotFound):
         return SandboxGone(f"Docker object not found: {exc.explanation or exc}")
     # No daemon on its socket, or it went away in the middle of an answer.
@@ -79,7 +83,7 @@ def docker_call(func):
     def wrapper(*args, **kwargs):
         try:
             return func(*args, **kwargs)
-        except InfrastructureError:
+        except (InfrastructureError, DiskFull):
             raise
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             raise _translate(exc) from exc
@@ -561,15 +565,9 @@ class Sandbox:
 
     @docker_call
     def start(self) -> None:
-        """Start (or start again) the container. DiskFull if its disk is at its limit."""
-        try:
-            client().api.start(self.id)
-        except docker.errors.APIError as exc:
-            if _QUOTA_FULL in str(exc.explanation or exc):
-                raise DiskFull(
-                    "Docker cannot start the sandbox again: its disk is at its limit"
-                ) from None
-            raise
+        """Start (or start again) the container. DiskFull if its disk is at its limit (Docker
+        sets the quota at each start, in a write of its own that a full disk refuses)."""
+        client().api.start(self.id)
 
     @docker_call
     def stop(self, timeout: int = 2) -> None:
