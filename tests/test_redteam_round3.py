@@ -318,3 +318,34 @@ def test_reward_file_rewritten_by_a_detached_process(worker, make_task):
         print("VERDICT", label, verdict(attempt))
     problems = failed_with_zero(result)
     assert not problems, "\n".join(problems)
+
+
+# The rewriter, and then as many detached processes as the check's user may have: Boltz's
+# command that ends the check's processes cannot start as that user (under gVisor the task's
+# pids is each user's own limit, and the witness, a user of its own, still reports).
+FLOOD_AFTER = textwrap.dedent(
+    """
+    for _ in range(400):
+        try:
+            subprocess.Popen(["sleep", "600"], start_new_session=True, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except OSError:
+            break
+    """
+)
+
+
+def test_reward_file_rewritten_while_a_flood_keeps_boltz_from_ending_it(worker, make_task):
+    files = {"tests/check.py": CHECK_SCRIPT}
+    check = "python3 tests/check.py"
+    attack = write("calc.py", REWRITER + FLOOD_AFTER + "\n" + BUGGY)
+    result = run_all(
+        ("flood_rewrite_fresh", make_task(check=check, reward_file=True, files=files), attack),
+        (
+            "flood_rewrite_in_place",
+            make_task(check=check, reward_file=True, files=files, mode="in_place"),
+            attack,
+        ),
+    )
+    problems = failed_with_zero(result)
+    assert not problems, "\n".join(problems)

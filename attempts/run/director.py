@@ -590,7 +590,13 @@ def outcome_of(
 
 
 # Checks that failed for a reason other than their tests: that reason is the attempt's.
-_CHECK_FAULTS = ("the check was killed", "the task's setup", "protected paths", CHECK_DISK_FULL)
+_CHECK_FAULTS = (
+    "the check was killed",
+    "the check left processes",
+    "the task's setup",
+    "protected paths",
+    CHECK_DISK_FULL,
+)
 
 
 def verdict_of(task, result: CheckResult) -> tuple[str, str]:
