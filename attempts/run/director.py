@@ -592,7 +592,6 @@ def outcome_of(
 # Checks that failed for a reason other than their tests: that reason is the attempt's.
 _CHECK_FAULTS = (
     "the check was killed",
-    "the check left processes",
     "the task's setup",
     "protected paths",
     CHECK_DISK_FULL,
