@@ -16,6 +16,17 @@ _CHOSEN = "BOLTZ_TEST_CHOSEN"  # the names this plugin set, for the workers to s
 _worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ... in a worker
 
 
+def process_tag(pid: int) -> str:
+    """`pid-starttime` of a running process, "" if there is none: a process id alone is
+    used again (pid_max is 32768 on some machines), with its start time it names one run."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return ""
+    return f"{pid}-{fields[19]}"  # field 22 of stat: the start time, in clock ticks
+
+
 def _redis_url() -> str:
     """The run's Redis database: BOLTZ_TEST_REDIS_DB (15 unless set; `make test-runsc` takes 9
     so both can run at once), counting down for each xdist worker, never 0 (the demo's)."""
@@ -30,7 +41,7 @@ def _redis_url() -> str:
 
 
 _DEFAULTS = {
-    "BOLTZ_INSTANCE": f"boltz-test-{os.getpid()}",
+    "BOLTZ_INSTANCE": f"boltz-test-{process_tag(os.getpid())}",
     "BOLTZ_HOST": "test-host",
     "BOLTZ_QUEUE": f"boltz-test-{os.getpid()}",
     "BOLTZ_REDIS_URL": _redis_url(),

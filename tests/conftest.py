@@ -91,7 +91,9 @@ def _remove_test_containers() -> None:
             continue
         instance = container["labels"].get(runtime.LABEL_INSTANCE, "")
         if instance == settings.BOLTZ_INSTANCE or (
-            first and instance.startswith("boltz-test-") and not _alive(instance.rsplit("-", 1)[-1])
+            first
+            and instance.startswith("boltz-test-")
+            and not _alive(instance.removeprefix("boltz-test-"))
         ):
             ours.append(container["id"])
 
@@ -105,14 +107,12 @@ def _remove_test_containers() -> None:
         list(pool.map(remove, ours))
 
 
-def _alive(pid: str) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:
-        return True
-    return True
+def _alive(tag: str) -> bool:
+    """Does the test process of this instance tag (`pid-starttime`) still run?"""
+    from boltz_web.testing import process_tag
+
+    pid = tag.split("-", 1)[0]
+    return pid.isdigit() and process_tag(int(pid)) == tag
 
 
 @pytest.fixture(scope="session")

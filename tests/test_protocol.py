@@ -148,6 +148,7 @@ REFUSALS = [
     (errors.ChangesUnreadable("changes unavailable: too big"), 409, "changes_unavailable"),
     (errors.TaskNotRunnable("user: not in the image"), 409, "task_invalid"),
     (errors.NoCheck("sandbox 7 was started from an image"), 409, "no_check"),
+    (errors.SandboxDiskFull("the sandbox's disk is at its limit"), 409, "disk_full"),
     (errors.SandboxDeleted("sandbox 7 was deleted"), 410, "gone"),
     (errors.TooLarge("larger than 10 bytes"), 413, "too_large"),
     (errors.NoCapacity("every host is at capacity", retry_after=10), 429, "capacity"),
