@@ -55,7 +55,7 @@ test-train: install install-train services image
 	$(PYTEST) -m train
 
 # The hostile-agent tests again with sandboxes under gVisor (BOLTZ_RUNTIME=runsc): skipped, with
-# the reason, where Docker here has no runsc.
+# the reason, where Docker here has no runsc (with CI=true, a failure).
 RUNSC_TESTS := tests/test_redteam.py tests/test_redteam_round2.py tests/test_redteam_round3.py \
 	tests/test_tamper.py tests/test_exec_users.py tests/test_disk_limits.py
 test-runsc: install services image
