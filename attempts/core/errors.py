@@ -25,9 +25,10 @@ class SandboxGone(InfrastructureError):
 
 
 class DiskFull(Exception):
-    """The sandbox's disk is at its limit, so Docker cannot start its container again (it
-    sets the disk quota at each start, and refuses one below what is held): what the agent
-    wrote did that, so it is the agent's failure, never an infrastructure error."""
+    """The sandbox's disk is at its limit, so Docker cannot write to it (an archive put in)
+    or start its container again (it sets the disk quota at each start, in a write of its
+    own): what the sandbox wrote did that, so it is the agent's failure, never an
+    infrastructure error."""
 
     def __init__(self, reason: str):
         super().__init__(reason)

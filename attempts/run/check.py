@@ -111,6 +111,10 @@ def links_out_of_the_tree(archive: Path, workdir: str, changed: list[tuple[str, 
 CHECK_DISK_FULL = "the check could not run on a full disk"
 
 
+def _killed_for_memory(task) -> str:
+    return f"the check was killed: out of memory ({limit_text(task.memory_bytes)} limit)"
+
+
 class CheckBlocked(Exception):
     """Something in the agent's tree kept the check from running as it should (a setup that
     fails on its changes, protected paths that cannot be reset): the check fails with this."""
@@ -274,13 +278,12 @@ class Check:
             if mode == CheckMode.IN_PLACE:
                 return self._check_in_place()
             return self._check_fresh()
-        except CheckBlocked as exc:
+        except (CheckBlocked, DiskFull) as exc:
+            if isinstance(exc, DiskFull):
+                why = f"{CHECK_DISK_FULL}: {exc.reason}"
+                exc = CheckBlocked(why, CommandRun.not_run(why))
             score = scoring.Score(False, 0.0, "exit_code", summary=exc.summary)
             return self._save_check(mode=mode, run=exc.run, score=score)
-        except DiskFull as exc:
-            why = f"{CHECK_DISK_FULL}: {exc.reason}"
-            score = scoring.Score(False, 0.0, "exit_code", summary=why)
-            return self._save_check(mode=mode, run=CommandRun.not_run(why), score=score)
 
     def _check_fresh(self) -> CheckResult:
         task = self.task
@@ -612,7 +615,7 @@ class Check:
                 raise
             # The kernel killed the whole container for memory (under gVisor, whose own
             # memory counts with the sandbox's, it is the container, not one process).
-            why = f"the check was killed: out of memory ({limit_text(task.memory_bytes)} limit)"
+            why = _killed_for_memory(task)
             raise CheckBlocked(why, CommandRun.not_run(why)) from None
         # Nothing the check started writes anything after it: a process it left behind (in a
         # session of its own) is ended before its pipe is closed and its reports are read.
@@ -656,8 +659,7 @@ class Check:
             score.score, score.reward = 0.0, None
         score.verifier_tools = repaired.report if repaired else []
         if ooms is not None and after is not None and after > ooms and not score.passed:
-            limit = limit_text(task.memory_bytes)
-            score.summary = f"the check was killed: out of memory ({limit} limit); {score.summary}"
+            score.summary = f"{_killed_for_memory(task)}; {score.summary}"
         return self._save_check(mode=mode, run=run, score=score, files=files)
 
     def _blame(self) -> Callable[[str], bool]:

@@ -523,10 +523,9 @@ def _take_steps_once(requests, results):
                 # Ended between the read and the write (in the same transaction, the write
                 # matched the row exactly when it is still live): told as if it had ended before
                 # (a sandbox that died is masked, infrastructure, whichever noticed it first).
-                ended = Attempt.objects.get(pk=row["pk"])
                 how = row["episode_end"] or row["status"]
-                results[i] = _not_steppable(i, ended) or _unstepped(
-                    i, ended, "refused", f"environment {i}'s episode ended ({how}): reset it"
+                results[i] = _as_ended(i, row["pk"]) or _unstepped(
+                    i, episode, "refused", f"environment {i}'s episode ended ({how}): reset it"
                 )
                 continue
             host, pk, step, wait = request
@@ -553,6 +552,13 @@ def _take_steps_once(requests, results):
                 i, requests[i][1], "refused", f"environment {i}'s sandbox was deleted"
             )
     return taken
+
+
+def _as_ended(index: int, pk: int) -> dict | None:
+    """The result of an environment whose episode ended while its step was on its way, told
+    as if it had ended before (None if it is live after all)."""
+    ended = Attempt.objects.filter(pk=pk).first()
+    return _not_steppable(index, ended) if ended else None
 
 
 def _not_steppable(index: int, episode: Attempt | None) -> dict | None:
@@ -607,11 +613,9 @@ def _result(index: int, episode: Attempt, call: opcalls.Call) -> dict:
     try:
         answer = call.get(0)
     except Refusal as refusal:
-        if isinstance(refusal, WrongState):  # ended meanwhile: told as if before the step
-            ended = Attempt.objects.filter(pk=episode.pk).first()
-            told = ended and _not_steppable(index, ended)
-            if told:
-                return told
+        told = isinstance(refusal, WrongState) and _as_ended(index, episode.pk)
+        if told:  # ended meanwhile: told as if before the step
+            return told
         if isinstance(refusal, ACTION_REFUSALS):
             return _unstepped(index, episode, "refused", refusal.detail)
         kind = "infrastructure" if isinstance(refusal, INFRASTRUCTURE_REFUSALS) else "internal"
