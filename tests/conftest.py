@@ -40,6 +40,25 @@ def require(ok: bool, why: str) -> None:
         pytest.skip(why)
 
 
+@pytest.fixture
+def no_lost_host_sweep(monkeypatch):
+    """What the web process does once in a while, not per page (LostHostsMiddleware's sweep for
+    attempts lost with their host, at most every few seconds), is not due during this test: a
+    test counting a page's queries counts the page's own."""
+    from attempts.services import lost_hosts
+
+    monkeypatch.setitem(lost_hosts._looked, "at", float("inf"))
+
+
+_COUNTING = {"django_assert_num_queries", "django_assert_max_num_queries"}
+
+
+@pytest.fixture(autouse=True)
+def _no_sweep_while_counting(request):
+    if _COUNTING & set(request.fixturenames):
+        request.getfixturevalue("no_lost_host_sweep")
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _this_hosts_docker():
     """The test process plays a command on a Docker host (as `import_tasks` does): imports

@@ -130,7 +130,8 @@ def test_the_migration_counts_past_every_number_a_task_gave():
     Attempt.objects.create(task=one, number=2, agent="noop")
     Task.objects.update(next_attempt_number=1)
     migration.count_past_used_numbers(apps, None)
-    assert dict(Task.objects.values_list("slug", "next_attempt_number")) == {
+    ours = Task.objects.filter(slug__in=["used", "fresh", "one"])
+    assert dict(ours.values_list("slug", "next_attempt_number")) == {
         "used": 8,
         "fresh": 1,
         "one": 3,

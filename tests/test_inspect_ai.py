@@ -18,6 +18,7 @@ import sys
 import anyio
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
 from inspect_ai import Task, eval
 from inspect_ai.dataset import Sample
 from inspect_ai.solver import Generate, TaskState, solver
@@ -58,9 +59,14 @@ def account(web, worker, db):
 @pytest.fixture(scope="module")
 def checks_account(web, worker, django_db_blocker):
     """The conformance checks' user and token (module-wide: the checks share one sandbox, as
-    Inspect's own runner does; they run after the tests that empty the database)."""
+    Inspect's own runner does; they run after the tests that empty the database). What they
+    made is emptied after them, as after a test that uses the database: the tests that run next
+    in this process find the database as pytest-django leaves it."""
     with django_db_blocker.unblock():
-        return _account(web, f"inspect-checks-{os.getpid()}")
+        made = _account(web, f"inspect-checks-{os.getpid()}")
+    yield made
+    with django_db_blocker.unblock():
+        call_command("flush", interactive=False, verbosity=0)
 
 
 @pytest.fixture(scope="module")

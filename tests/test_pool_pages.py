@@ -154,19 +154,12 @@ def test_earlier_episodes_are_bounded_and_counted(admin_client, admin_user):
     assert f'href="/attempts/{episodes[0].pk}/"' not in env0
 
 
-def test_the_detail_queries_do_not_grow_with_the_pool(admin_client, admin_user, monkeypatch):
-    import time
-
-    from attempts.services import lost_hosts
-
+def test_the_detail_queries_do_not_grow_with_the_pool(admin_client, admin_user, no_lost_host_sweep):
     def queries(size: int) -> int:
         pool = make_pool(admin_user, tasks=["t"] * size)
         for i in range(size):
             make_episode(pool, i, end="reset")
             make_episode(pool, i, end="terminated", reward=0.5)
-        # What the process does once in a while, not per page (LostHostsMiddleware's sweep
-        # for lost hosts), is not due while the page is counted.
-        monkeypatch.setitem(lost_hosts._looked, "at", time.monotonic())
         with CaptureQueriesContext(connection) as captured:
             assert admin_client.get(f"/pools/{pool.pk}/").status_code == 200
         return len(captured)
