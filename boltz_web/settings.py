@@ -258,6 +258,9 @@ BOLTZ_SANDBOX_NETWORK = env_str("BOLTZ_SANDBOX_NETWORK", "bridge")
 BOLTZ_ALLOW_NETWORK_TASKS = env_bool("BOLTZ_ALLOW_NETWORK_TASKS", False)
 # Base images of task Dockerfiles mapped to local ones, `FROM=LOCAL,...` (`*`: any other base).
 BOLTZ_BASE_IMAGES = env_str("BOLTZ_BASE_IMAGES", "")
+# The local stand-in for the registry images Harbor tasks start from (python:3.12-slim, ...):
+# the default image's Debian with neither its user nor its working folder (`build_image`).
+BOLTZ_STANDIN_IMAGE = env_str("BOLTZ_STANDIN_IMAGE", "boltz-base:bookworm")
 CELERY_WORKER_CONCURRENCY = BOLTZ_MAX_SANDBOXES
 # A running attempt whose worker process has given no sign of life for this long is lost: it
 # ends as an infrastructure error, its container goes and its slot is free again.

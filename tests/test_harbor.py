@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker]
 
 HARBOR = Path(__file__).parent / "data" / "harbor"
 DATASETS = Path(__file__).parent / "data" / "harbor-datasets"
-LOCAL_BASE = "*=boltz-sandbox:bookworm"
+LOCAL_BASE = "*=boltz-base:bookworm"
 
 
 def run_import(path, *args) -> str:
@@ -66,8 +66,8 @@ def exec_ends(attempt: Attempt, step: str) -> list[dict]:
 def test_a_dockerfile_task_is_built_once_from_a_mapped_base_and_keeps_harbor_layout(docker_ready):
     forget_image(HARBOR / "csv-sum" / "environment")
     out = run_import(HARBOR / "csv-sum")
-    assert "created csv-sum" in out and "  build: Step 1/5 : FROM boltz-sandbox:bookworm" in out
-    assert "base image mapped: FROM python:3.12-slim-bookworm -> boltz-sandbox:bookworm" in out
+    assert "created csv-sum" in out and "  build: Step 1/6 : FROM boltz-base:bookworm" in out
+    assert "base image mapped: FROM python:3.12-slim-bookworm -> boltz-base:bookworm" in out
     assert "ignored metadata.author_name: informational" in out
     task = Task.objects.get(slug="csv-sum")
     assert task.disk_bytes == 2 * 1024**3  # [environment] storage = "2G"
@@ -411,3 +411,80 @@ def test_a_pools_submit_whose_verifier_writes_no_reward_scores_zero(web, worker,
         assert done.terminated and done.reward == 0.0 and not done.masked
         check = done.observation.check
         assert check.verifier_error and "no reward file" in check.summary
+
+
+@pytest.mark.worker
+def test_tmp_is_the_images_for_a_root_a_named_and_the_images_default_user(worker, docker_ready):
+    """Nothing Boltz puts in a sandbox changes /tmp: the agent (the reference solution) and the
+    verifier make a temporary file there with `mktemp` as root without capabilities, as a
+    named user and as the image's own user, and the verifier finds /tmp root's, mode 1777."""
+    tasks = []
+    for kind in ("root", "named", "default"):
+        run_import(HARBOR / f"tmp-{kind}")
+        tasks.append(Task.objects.get(slug=f"tmp-{kind}"))
+    assert [(t.agent_user, t.check_user) for t in tasks] == [
+        ("root", "root"),
+        ("worker", "worker"),
+        ("runner", "runner"),
+    ]
+    queued = [attempt_create(task=t, agent=a) for t in tasks for a in ("reference", "noop")]
+    for attempt in wait_finished(queued, timeout=240):
+        check = attempt.checks.get()
+        expected = Outcome.PASSED if attempt.agent == "reference" else Outcome.FAILED
+        assert attempt.outcome == expected, (attempt.name, attempt.failure_reason, check.output)
+        if attempt.agent == "noop":  # the verifier ran and wrote its reward: not a /tmp failure
+            assert "mktemp failed" not in check.output and "root 1777" in check.output
+
+
+def test_a_stand_in_with_a_user_or_working_folder_of_its_own_is_refused(docker_ready):
+    """The sandbox image has /workspace and the user `sandbox`: a task built on it would find
+    them (its WORKDIR /workspace owned by uid 1000; no WORKDIR, and it would run there)."""
+    out = StringIO()
+    with pytest.raises(CommandError, match="nothing was imported"):
+        call_command(
+            "import_tasks",
+            str(HARBOR / "csv-sum"),
+            "--base-image",
+            "*=boltz-sandbox:bookworm",
+            stdout=out,
+        )
+    said = out.getvalue()
+    assert "the stand-in boltz-sandbox:bookworm has a working folder /workspace and a user" in said
+    assert "map to an image with neither, such as boltz-base:bookworm" in said
+
+
+def test_a_base_this_host_lacks_is_named_and_never_pulled(docker_ready, tmp_path):
+    task = tmp_path / "far-base"
+    shutil.copytree(HARBOR / "csv-sum", task)
+    dockerfile = task / "environment" / "Dockerfile"
+    dockerfile.write_text(
+        dockerfile.read_text() + "COPY --from=registry.invalid/tools:1 /etc/os-release /srv/os\n"
+    )
+    out = refused(task)
+    assert "the image registry.invalid/tools:1 is not on this host" in out
+    assert "--base-image 'registry.invalid/tools:1=LOCAL'" in out
+    # Mapped by its name, the build takes the local image's files.
+    mapped = run_import(task, "--base-image", "registry.invalid/tools:1=boltz-base:bookworm")
+    assert "created far-base" in mapped
+    assert "base image mapped: COPY --from=registry.invalid/tools:1 -> boltz-base:bookworm" in (
+        mapped
+    )
+
+
+def test_a_docker_image_this_host_lacks_is_mapped_as_a_base_is(docker_ready, tmp_path):
+    task = tmp_path / "prebuilt"
+    shutil.copytree(HARBOR / "csv-sum", task)
+    shutil.rmtree(task / "environment")
+    (task / "environment").mkdir()
+    _set_env(task, 'docker_image = "registry.invalid/team/env:3"\nworkdir = "/srv"')
+    out = StringIO()
+    with pytest.raises(CommandError, match="nothing was imported"):
+        call_command("import_tasks", str(task), stdout=out)
+    assert "environment.docker_image: the image registry.invalid/team/env:3 is not on this " in (
+        out.getvalue()
+    )
+    said = run_import(task)  # `*` maps it
+    assert (
+        "base image mapped: docker_image registry.invalid/team/env:3 -> boltz-base:bookworm" in said
+    )
+    assert Task.objects.get(slug="prebuilt").image == "boltz-base:bookworm"

@@ -28,15 +28,38 @@ def test_from_lines_are_mapped_and_stages_are_not():
     assert text.splitlines() == [
         "FROM --platform=linux/amd64 local:py AS build",
         "USER root",
+        "WORKDIR /",
         "RUN make",
         "FROM build",
         "FROM local:any",
         "USER root",
+        "WORKDIR /",
         "COPY --from=build /x /x",
     ]
     assert notes == ["FROM python:3.12 -> local:py", "FROM ubuntu:24.04 -> local:any"]
     unmapped, none = task_images.rewrite_from("FROM alpine\n", {})
     assert unmapped == "FROM alpine\n" and none == []
+
+
+def test_copy_from_an_image_is_mapped_by_its_name_and_stages_never_are():
+    dockerfile = (
+        "FROM python:3.12 AS build\nFROM scratch\nCOPY --from=build /x /x\nCOPY --from=0 /y /y\n"
+        "COPY --chown=1:1 --from=ghcr.io/astral-sh/uv:0.5 /uv /bin/\n"
+        "COPY --from=busybox:1 /bin/busybox /bin/\n"
+    )
+    text, notes = task_images.rewrite_from(
+        dockerfile, {"ghcr.io/astral-sh/uv:0.5": "local:uv", "*": "local:any"}
+    )
+    assert "COPY --chown=1:1 --from=local:uv /uv /bin/" in text.splitlines()
+    # `*` stands in for bases only: the files of another image are mapped by name or not at all.
+    assert "COPY --from=busybox:1 /bin/busybox /bin/" in text.splitlines()
+    assert "COPY --from=build /x /x" in text and "COPY --from=0 /y /y" in text
+    assert notes == [
+        "FROM python:3.12 -> local:any",
+        "COPY --from=ghcr.io/astral-sh/uv:0.5 -> local:uv",
+    ]
+    # What a build needs from this host: every image but the stages, `scratch` and numbers.
+    assert task_images.images_named(text) == ["local:any", "local:uv", "busybox:1"]
 
 
 def test_a_mapping_without_equals_is_refused_saying_how_to_write_it():

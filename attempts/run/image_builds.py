@@ -22,7 +22,15 @@ from attempts.models import Task
 from attempts.run import changes
 from attempts.run.docker import runtime
 from attempts.taskio import repos
-from attempts.taskio.images import LOG_KEPT_BYTES, TAIL_LINES, context_tag, failure_text
+from attempts.taskio.images import (
+    LOG_KEPT_BYTES,
+    TAIL_LINES,
+    context_tag,
+    dockerfile_of,
+    failure_text,
+    images_named,
+    not_here,
+)
 
 
 class _BuildLog:
@@ -61,6 +69,9 @@ def build(context: bytes, *, progress: Callable[[str], None] | None = None) -> t
         fcntl.flock(lock, fcntl.LOCK_EX)
         if runtime.image_exists(tag):
             return tag, ""
+        for image in images_named(dockerfile_of(context)):
+            if not runtime.image_exists(image):  # Docker would try a registry for it
+                raise ImageBuildFailed(not_here(image))
         log = _BuildLog(progress)
         try:
             runtime.build_image(

@@ -50,30 +50,87 @@ def base_mapping(extra: list[str] | None = None) -> dict[str, str]:
     return {**parse_mapping(settings.BOLTZ_BASE_IMAGES), **parse_mapping(extra or [])}
 
 
+_COPY_FROM = re.compile(r"^(\s*COPY\s+(?:--\S+\s+)*?--from=)(\S+)(.*)$", re.IGNORECASE)
+# What a mapped base is followed by: the registry images tasks start from run as root in /, and
+# a stand-in (made for something else) must not change who the task's image runs as or where.
+RESET_AFTER_STANDIN = ("USER root", "WORKDIR /")
+
+
 def rewrite_from(dockerfile: str, mapping: dict[str, str]) -> tuple[str, list[str]]:
-    """The Dockerfile with its FROM lines mapped to local images, and what was mapped. A
-    stage name (`FROM base AS x` then `FROM x`) is never mapped. A mapped base runs as root
-    after it (`USER root`), as the registry images tasks start from do, whatever user the
-    local stand-in was made with."""
+    """The Dockerfile with its base images mapped to local ones, and what was mapped. A `FROM`
+    is mapped by its name or by `*`; a `COPY --from=IMAGE` by its name only (`*` stands in for
+    a base, not for the files of another image). A stage name (`FROM base AS x`, then `FROM x`
+    or `COPY --from=x`), a stage number and `scratch` are never mapped. A mapped `FROM` is
+    followed by RESET_AFTER_STANDIN, whatever user and working folder the stand-in has."""
     stages: set[str] = set()
     out, notes = [], []
     for line in dockerfile.splitlines():
+        copy = _COPY_FROM.match(line)
+        if copy:
+            prefix, image, rest = copy.groups()
+            local = None if image in stages or image.isdigit() else mapping.get(image)
+            if local is not None and local != image:
+                line = f"{prefix}{local}{rest}"
+                notes.append(f"COPY --from={image} -> {local}")
+            out.append(line)
+            continue
         found = _FROM.match(line)
         if not found:
             out.append(line)
             continue
         prefix, flags, image, rest = found.groups()
         alias = re.search(r"\bAS\s+(\S+)", rest, re.IGNORECASE)
-        local = None if image in stages else mapping.get(image, mapping.get("*"))
+        plain = image in stages or image == "scratch"  # `scratch` is no image: nothing to map
+        local = None if plain else mapping.get(image, mapping.get("*"))
         if alias:
             stages.add(alias.group(1))
         if local is None or local == image:
             out.append(line)
             continue
         out.append(f"{prefix}{flags}{local}{rest}")
-        out.append("USER root")
+        out.extend(RESET_AFTER_STANDIN)
         notes.append(f"FROM {image} -> {local}")
     return "\n".join(out) + "\n", notes
+
+
+def images_named(dockerfile: str) -> list[str]:
+    """The images a Dockerfile builds from (`FROM`, `COPY --from=`), stage names and numbers
+    left out, in order, each once; `scratch` is no image."""
+    stages: set[str] = set()
+    named: list[str] = []
+    for line in dockerfile.splitlines():
+        copy = _COPY_FROM.match(line)
+        found = None if copy else _FROM.match(line)
+        image = copy.group(2) if copy else found.group(3) if found else ""
+        if image and image not in stages and image not in named and _plain_image(image):
+            named.append(image)
+        alias = re.search(r"\bAS\s+(\S+)", found.group(4), re.IGNORECASE) if found else None
+        if alias:
+            stages.add(alias.group(1))
+    return named
+
+
+def _plain_image(image: str) -> bool:
+    """An image's name, not a stage number, `scratch` or a build argument (`$BASE`)."""
+    return not image.isdigit() and image != "scratch" and "$" not in image
+
+
+def dockerfile_of(context: bytes) -> str:
+    """The Dockerfile of a packed build context."""
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(context))) as tar:
+        member = tar.extractfile(DOCKERFILE)
+        if member is None:
+            raise TaskInvalid("environment", f"the build context has no {DOCKERFILE}")
+        return member.read().decode("utf-8", errors="surrogateescape")
+
+
+def not_here(image: str) -> str:
+    """Why a build that needs `image`, which this host lacks, is not tried."""
+    return (
+        f"the image {image} is not on this host, and Boltz never pulls from a registry: map it "
+        f"to a local image with --base-image '{image}=LOCAL' (or BOLTZ_BASE_IMAGES), "
+        "or build or load it here"
+    )
 
 
 def pack_context(folder: Path, *, mapping: dict[str, str]) -> tuple[bytes, list[str]]:

@@ -1,9 +1,14 @@
-"""Build the default sandbox image without a registry: debootstrap, then `docker import`."""
+"""Build the default sandbox image without a registry: debootstrap, then `docker import`; and
+from it the stand-in for registry base images (BOLTZ_STANDIN_IMAGE): the same Debian without
+the sandbox user, its home, /workspace or Boltz's git settings, running as root in /."""
 
 from __future__ import annotations
 
+import gzip
+import io
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -43,6 +48,17 @@ IMAGE_CHANGES = [
     'CMD ["sleep", "infinity"]',
     f"LABEL boltz.recipe={RECIPE_VERSION}",
 ]
+
+
+STANDIN_RECIPE = "1"
+_STANDIN_DOCKERFILE = f"""FROM {{image}}
+USER root
+RUN userdel --remove sandbox 2>/dev/null; rm -rf /workspace /home/sandbox /etc/gitconfig
+WORKDIR /
+ENV HOME=/root
+CMD ["bash"]
+LABEL boltz.standin={STANDIN_RECIPE}
+"""
 
 
 def _run(cmd: list[str], progress: Callable[[str], None]) -> None:
@@ -105,4 +121,31 @@ def build_default_image(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     progress(f"built {name} in {time.monotonic() - started:.0f}s")
+    return True
+
+
+def build_standin_image(
+    name: str | None = None, *, force: bool = False, progress: Callable[[str], None] = print
+) -> bool:
+    """Build `name` (default BOLTZ_STANDIN_IMAGE) from the default image unless it is there
+    already: a base for Harbor tasks' Dockerfiles that adds no user or working folder of its
+    own. True if built."""
+    name = name or settings.BOLTZ_STANDIN_IMAGE
+    labels = runtime.image_labels(name)
+    if not force and labels is not None and labels.get("boltz.standin") == STANDIN_RECIPE:
+        progress(f"image {name} is present (stand-in recipe {STANDIN_RECIPE}); nothing to do")
+        return False
+    dockerfile = _STANDIN_DOCKERFILE.format(image=settings.BOLTZ_DEFAULT_IMAGE).encode()
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(dockerfile)
+        tar.addfile(info, io.BytesIO(dockerfile))
+    progress(f"building {name} from {settings.BOLTZ_DEFAULT_IMAGE} (no user, no /workspace)")
+    runtime.build_image(
+        gzip.compress(raw.getvalue(), mtime=0),
+        tag=name,
+        labels={"boltz.standin": STANDIN_RECIPE},
+        on_line=lambda line: progress("  " + line),
+    )
     return True

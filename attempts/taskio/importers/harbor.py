@@ -139,16 +139,20 @@ def _environment(path, spec: HarborSpec, slug, image, build, base_images, progre
         )
 
     values: dict = {}
-    if image or spec.docker_image:
-        name = image or spec.docker_image
-        require_image(name, field="--image" if image else "environment.docker_image")
+    mapping = task_images.base_mapping(base_images)
+    if image:
+        require_image(image, field="--image")
+        name = image
         values["build_log"] = ""
-        if image:
-            notes.append(f"image: {image} (--image), in place of the task's own")
+        notes.append(f"image: {image} (--image), in place of the task's own")
+    elif spec.docker_image:
+        name = _prebuilt(docker, spec.docker_image, mapping, notes)
+        values["build_log"] = ""
     else:
-        mapping = task_images.base_mapping(base_images)
         context, mapped = task_images.pack_context(path / "environment", mapping=mapping)
         notes.extend(f"base image mapped: {line}" for line in mapped)
+        for standin in sorted({line.rpartition(" -> ")[2] for line in mapped}):
+            _require_plain_standin(docker, standin)
         try:
             name, log = docker.build(context, progress=progress)
         except ImageBuildFailed as exc:
@@ -176,6 +180,41 @@ def _environment(path, spec: HarborSpec, slug, image, build, base_images, progre
     )
     values.update(docker.workdir_base(name, workdir, f"{slug}-{_digest(str(path.resolve()))}"))
     return values
+
+
+def _prebuilt(docker, named: str, mapping: dict[str, str], notes: list[str]) -> str:
+    """[environment] docker_image: the image itself where this host has it, else the local
+    image it is mapped to (by its name or `*`, as a base is); never pulled."""
+    if docker.image_exists(named):
+        return require_image(named, field="environment.docker_image")
+    local = mapping.get(named, mapping.get("*"))
+    if local is None:
+        raise TaskInvalid("environment.docker_image", task_images.not_here(named))
+    require_image(local, field="--base-image")
+    _require_plain_standin(docker, local)
+    notes.append(f"base image mapped: docker_image {named} -> {local}")
+    return local
+
+
+def _require_plain_standin(docker, standin: str) -> None:
+    """A stand-in for a registry image is on this host and adds no working folder or user of
+    its own to the task's image (the task's WORKDIR would find the stand-in's folder, owned
+    by its user; a task with none would run there instead of being refused)."""
+    config = docker.image_config(standin)
+    if config is None:
+        raise TaskInvalid("--base-image", task_images.not_here(standin))
+    own = []
+    if config["workdir"].rstrip("/"):
+        own.append(f"working folder {config['workdir']}")
+    if config["user"] not in ("", "root", "0", "0:0"):
+        own.append(f"user {config['user']}")
+    if own:
+        raise TaskInvalid(
+            "--base-image",
+            f"the stand-in {standin} has a {' and a '.join(own)} of its own, which every task "
+            f"built on it would find: map to an image with neither, such as "
+            f"{settings.BOLTZ_STANDIN_IMAGE} (`manage.py build_image` makes it)",
+        )
 
 
 def _digest(text: str) -> str:
