@@ -195,6 +195,13 @@ class Task(models.Model):
         editable=False,
         help_text="A tar of the reference solution's folder, put at /solution for it.",
     )
+    step_rewards = models.CharField(
+        max_length=8,
+        blank=True,
+        choices=[("mean", "mean"), ("final", "final")],
+        help_text="A multi-step task's reward (Harbor's multi_step_reward_strategy): the mean "
+        "of its steps' rewards, or the last step's. Empty: a task of one step.",
+    )
     build_context = models.BinaryField(
         blank=True,
         default=b"",
@@ -230,8 +237,15 @@ class Task(models.Model):
         return [(stage, sorted(names)) for stage, names in (self.stage_env or {}).items() if names]
 
     @property
+    def multi_step(self) -> bool:
+        return bool(self.step_rewards)
+
+    @property
     def has_reference(self) -> bool:
-        """A reference solution: a patch, a script, or a Harbor task's solution/ folder."""
+        """A reference solution: a patch, a script, or a Harbor task's solution/ folder (a
+        multi-step task's: its steps')."""
+        if self.multi_step:
+            return self.steps.exclude(solution_files=b"").exists()
         return bool(
             self.reference_patch.strip() or self.reference_script.strip() or self.solution_files
         )
@@ -298,6 +312,49 @@ class Task(models.Model):
 SESSION_TASK_FIELDS = ("slug", "workdir", "agent_user", "allow_root", "stage_env")
 # What Task.check_budget reads.
 CHECK_BUDGET_FIELDS = ("check_mode", "layout", "rebuild_command", "setup_timeout", "check_timeout")
+
+
+class TaskStep(models.Model):
+    """One step of a multi-step task (Harbor's [[steps]]): its instruction, the files put in
+    the working folder before it, its verifier's tests and its reference solution, run in the
+    attempt's one sandbox after the steps before it."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="steps")
+    position = models.PositiveIntegerField(help_text="1 for the first step.")
+    name = models.CharField(max_length=100)
+    instruction = models.TextField()
+    check_files = models.BinaryField(
+        blank=True, default=b"", editable=False, help_text="A tar of /tests for its verifier."
+    )
+    solution_files = models.BinaryField(
+        blank=True, default=b"", editable=False, help_text="A tar of /solution for its oracle."
+    )
+    workdir_files = models.BinaryField(
+        blank=True,
+        default=b"",
+        editable=False,
+        help_text="A tar of files put in the working folder before the step (setup.sh runs).",
+    )
+    agent_timeout = models.FloatField()
+    check_timeout = models.FloatField()
+    agent_user = models.CharField(max_length=100, blank=True)
+    check_user = models.CharField(max_length=100, blank=True)
+    verifier_env = models.JSONField(default=dict, blank=True)
+    min_reward = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="{metric: least value}: a step below it ends the attempt (Harbor's "
+        "min_reward); null: none.",
+    )
+
+    class Meta:
+        ordering = ["task", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "position"], name="one_step_per_position")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task.slug} step {self.position}: {self.name}"
 
 
 class Status(models.TextChoices):
@@ -587,6 +644,12 @@ class CheckResult(models.Model):
     reward = models.JSONField(null=True, blank=True)
     tests_total = models.PositiveIntegerField(default=0)
     tests_passed = models.PositiveIntegerField(default=0)
+    step = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="The step of a multi-step task this check verified; empty: the attempt's "
+        "whole result (its one check, or its steps' rewards combined).",
+    )
     requested_by = models.CharField(max_length=150, blank=True, help_text="Who asked a re-check.")
     outcome_changed = models.BooleanField(
         default=False, help_text="A re-check of the same files whose result differs: flaky."

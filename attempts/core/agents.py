@@ -120,8 +120,10 @@ def validate_agent(task: Task, agent: str, command: str = "") -> None:
         raise TaskInvalid("command", f"the {agent} agent takes no command")
 
 
-def plan_for(attempt: Attempt) -> AgentPlan:
-    task = attempt.task
+def plan_for(attempt: Attempt, task=None) -> AgentPlan:
+    """What the attempt's agent does: for `task` (the attempt's, or a multi-step task as one
+    of its steps sees it)."""
+    task = task or attempt.task
     # First: a patch attempt's agent label is the model's name, which may be any word.
     if attempt.agent_command == PATCH_COMMAND:
         files = read_stored(attempt.agent_files)

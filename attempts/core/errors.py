@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+# A multi-step task through an API sandbox or a pool: they give one instruction and one check.
+MULTI_STEP_ATTEMPTS_ONLY = (
+    "{slug} is a multi-step task: its steps (each one's instruction, agent run and verifier, in "
+    "order) run as an attempt (POST /api/attempts, run_attempts); a sandbox or a pool gives one "
+    "instruction and one check"
+)
 NETWORK_TASKS_OFF = (
     "this installation runs no networked tasks: set BOLTZ_ALLOW_NETWORK_TASKS=1 on the "
     "workers to allow them"

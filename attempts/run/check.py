@@ -181,7 +181,7 @@ class Check:
         self.agent = agent  # the attempt's own sandbox
         self.trees = trees
         self.attempt = agent.attempt
-        self.task = agent.attempt.task
+        self.task = agent.task  # a multi-step task's: as the step being verified sees it
         self.timeline = agent.timeline
         self.spec = spec
         self.requested_by = requested_by
@@ -713,6 +713,7 @@ class Check:
                 junit_xml=junit.decode("utf-8", errors="replace"),
                 reward=score.reward,
                 requested_by=requested_by,
+                step=getattr(self.task, "step_name", ""),
             )
             TestOutcome.objects.bulk_create(
                 TestOutcome(
@@ -738,7 +739,12 @@ class Check:
                     tamper["verifier_tools"] = redact.data(score.verifier_tools[:200])
                 update_attempt(self.attempt, tamper=tamper)
         self.timeline.add(
-            EventKind.CHECK, flipped=flipped[:100], **found, notes=score.notes, check=result.pk
+            EventKind.CHECK,
+            flipped=flipped[:100],
+            **found,
+            notes=score.notes,
+            check=result.pk,
+            **({"task_step": result.step} if result.step else {}),
         )
         return result
 

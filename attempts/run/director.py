@@ -68,6 +68,7 @@ from attempts.run.docker.runtime import (
 from attempts.run.heartbeat import beating
 from attempts.run.image_builds import ensure_task_image
 from attempts.run.session import CommandRun, SandboxSession, files_tar, update_attempt
+from attempts.run.steps import run_steps
 from attempts.run.trees import AttemptTrees
 from attempts.taskio.from_image import has_check
 
@@ -173,7 +174,7 @@ class AgentStep(WorkStage):
 
     def run(self, director: AttemptRunner) -> CommandRun | None:
         session, task = director.session, director.task
-        plan = agents.plan_for(director.attempt)
+        plan = agents.plan_for(director.attempt, task)
         director.advance(Status.RUNNING, f"agent {plan.description}")
         if plan.files:
             files = {f"{agents.AGENT_DIR}/{name}": data for name, data in plan.files.items()}
@@ -446,18 +447,23 @@ class AttemptRunner:
             mark = time.monotonic()
             self.start()
             self.timings["start"] = round(time.monotonic() - mark, 3)
-            stage, mark = "work", time.monotonic()
-            agent = self.work.run(self)
-            self.timings["work"] = round(time.monotonic() - mark, 3)
-            stage, mark = "record", time.monotonic()
-            self.end_agent()
-            self.trees.record(self.session)
-            self.timings["record"] = round(time.monotonic() - mark, 3)
-            result = None
-            if self.work.checks(self):
-                stage, mark = "check", time.monotonic()
-                result = self.check()
-                self.timings["check"] = round(time.monotonic() - mark, 3)
+            if self.task.multi_step:  # each step's work and check, in turn (run/steps.py)
+                stage, mark = "steps", time.monotonic()
+                agent, result = run_steps(self)
+                self.timings["steps"] = round(time.monotonic() - mark, 3)
+            else:
+                stage, mark = "work", time.monotonic()
+                agent = self.work.run(self)
+                self.timings["work"] = round(time.monotonic() - mark, 3)
+                stage, mark = "record", time.monotonic()
+                self.end_agent()
+                self.trees.record(self.session)
+                self.timings["record"] = round(time.monotonic() - mark, 3)
+                result = None
+                if self.work.checks(self):
+                    stage, mark = "check", time.monotonic()
+                    result = self.check()
+                    self.timings["check"] = round(time.monotonic() - mark, 3)
             outcome, reason, score = self._verdict(agent, result)
         except AttemptGone:
             raise

@@ -153,10 +153,14 @@ class SandboxSession:
         self.redactor = Redactor(self.secrets)  # for whole values (a stream needs its own)
         self.timeline = Timeline(attempt.pk, secrets=self.secrets)
         self.should_stop = should_stop
+        self.step_task = None  # a multi-step task as its current step sees it (run/steps.py)
 
     @property
     def task(self):
-        """The attempt's task, or None for a bare attempt (a pool's step knows only its id)."""
+        """The attempt's task (as its current step sees it, in a multi-step task), or None for
+        a bare attempt (a pool's step knows only its id)."""
+        if self.step_task is not None:
+            return self.step_task
         return self.attempt.task if self.attempt.task_id else None
 
     @property

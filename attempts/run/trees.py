@@ -84,6 +84,13 @@ class AttemptTrees:
         return self.task.workdir or "/workspace"
 
     # --- recording -----------------------------------------------------------------------------
+    def _forget_record(self) -> None:
+        """What an earlier record of this attempt left in the scratch folder: superseded."""
+        for name in ("agent", "record", "checked", "checked-repo"):
+            shutil.rmtree(self.scratch / name, ignore_errors=True)
+        (self.scratch / "changes.patch").unlink(missing_ok=True)
+        self.checked = None
+
     def record(self, session: SandboxSession) -> None:
         """Read the agent's tree out of its stopped sandbox, diff it against the base on the
         worker, keep the complete patch (and its head for the page), the tamper report (with
@@ -91,6 +98,7 @@ class AttemptTrees:
         tree's files. The attempt's secrets are redacted from the files the agent changed
         before anything of them is kept (changes.redact_tree)."""
         attempt, timeline = self.attempt, session.timeline
+        self._forget_record()  # a multi-step task's steps each record what their verifier sees
         stream = session.get_archive(self.workdir)
         if stream is None:
             raise ChangesUnavailable(f"{self.workdir} no longer exists in the sandbox")

@@ -220,6 +220,12 @@ def attempt_recheck(*, attempt: Attempt, by: str) -> None:
     """Check the attempt's final files again, in its kept sandbox, on the host that owns it."""
     if attempt.status not in DONE_STATUSES:
         raise TaskInvalid("attempt", "a re-check waits until the attempt has finished")
+    if attempt.task.multi_step:
+        raise TaskInvalid(
+            "attempt",
+            "each step of a multi-step task was verified as it ended; the final files are "
+            "not what any one step's verifier saw, so there is nothing to check again",
+        )
     if not attempt.host or not attempt.container_id:
         raise TaskInvalid("attempt", "its sandbox is gone, and a re-check needs its files")
     # Claim the kept sandbox (stopped -> live) so a second request is refused at once.

@@ -36,6 +36,7 @@ from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
 from attempts.core.episodes import end_episode
+from attempts.core.errors import MULTI_STEP_ATTEMPTS_ONLY
 from attempts.dispatch import calls as opcalls
 from attempts.dispatch import queue as queueing
 from attempts.dispatch.errors import (
@@ -134,13 +135,21 @@ def pool_create(
         if size is not None and size != len(tasks):
             raise InvalidRequest("size", f"{size} is not the number of tasks ({len(tasks)})")
         slugs = list(tasks)
-    known = dict(Task.objects.filter(slug__in=set(slugs)).values_list("slug", "check_command"))
+    known = {
+        slug: (check, rewards)
+        for slug, check, rewards in Task.objects.filter(slug__in=set(slugs)).values_list(
+            "slug", "check_command", "step_rewards"
+        )
+    }
     for i, slug in enumerate(slugs):
         field = "task" if task is not None else f"tasks[{i}]"
         if slug not in known:
             raise NotFound(f"{field}: no task {slug!r}: GET /api/tasks lists them")
-        if not known[slug].strip():
+        check, rewards = known[slug]
+        if not check.strip():
             raise InvalidRequest(field, f"{slug} has no check (it holds image sandboxes)")
+        if rewards:
+            raise InvalidRequest(field, MULTI_STEP_ATTEMPTS_ONLY.format(slug=slug))
     max_steps = MAX_STEPS if max_steps is None else max_steps
     if not isinstance(max_steps, int) or not 1 <= max_steps <= MAX_STEPS_LIMIT:
         raise InvalidRequest(

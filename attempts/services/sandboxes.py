@@ -27,7 +27,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from attempts.core.ended import announce
-from attempts.core.errors import TaskInvalid
+from attempts.core.errors import MULTI_STEP_ATTEMPTS_ONLY, TaskInvalid
 from attempts.core.timeline import Timeline, clip
 from attempts.dispatch import calls as opcalls
 from attempts.dispatch import protocol as p
@@ -160,6 +160,8 @@ def sandbox_create(
         found = Task.objects.filter(slug=task).first()
     if found is None:
         raise NotFound(f"no task {task!r}: GET /api/tasks lists them")
+    if found.multi_step:
+        raise InvalidRequest("task", MULTI_STEP_ATTEMPTS_ONLY.format(slug=found.slug))
     labels = {str(k)[:100]: str(v)[:300] for k, v in (labels or {}).items()}
     ttl = min(float(ttl or settings.BOLTZ_SANDBOX_DEFAULT_TTL), settings.BOLTZ_SANDBOX_MAX_TTL)
     idle = float(idle_timeout or settings.BOLTZ_SANDBOX_IDLE_TIMEOUT)

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import transaction
 
 from attempts.core.errors import TaskInvalid
-from attempts.models import Task
+from attempts.models import Task, TaskStep
 from attempts.taskio.archives import ArchiveRefused, safe_extract
 from attempts.taskio.importers import boltz_dirs, harbor, swebench
 from attempts.taskio.importers.items import ImportItem
@@ -53,13 +53,11 @@ def detect(path: Path) -> str:
     if path.is_file() and zipfile.is_zipfile(path):
         return "zip"
     if path.is_dir():
-        if (
-            (path / "task.toml").is_file()
-            and (path / "instruction.md").is_file()
-            and (path / "tests").is_dir()
-            and not (path / "check").exists()
-        ):
-            return "harbor"
+        one_step = (path / "instruction.md").is_file() and (path / "tests").is_dir()
+        multi_step = (path / "steps").is_dir()  # Harbor's [[steps]]: steps/<name>/
+        if (path / "task.toml").is_file() and (one_step or multi_step):
+            if not (path / "check").exists():
+                return "harbor"
         if (path / "task.toml").is_file():
             return "boltz"
         return "folder"  # a folder of task folders
@@ -113,8 +111,13 @@ def import_path(path: Path, **options) -> ImportReport:
             continue
         values = dict(item.values)
         slug = unique_slug(values.pop("slug"), values.pop("dataset", ""), values["source_dir"])
+        steps = values.pop("steps", [])
         with transaction.atomic():
-            _, created = Task.objects.update_or_create(slug=slug, defaults=values)
+            task, created = Task.objects.update_or_create(slug=slug, defaults=values)
+            task.steps.all().delete()  # a task's steps are its folder's, as imported now
+            TaskStep.objects.bulk_create(
+                TaskStep(task=task, position=i, **step) for i, step in enumerate(steps, start=1)
+            )
         (report.created if created else report.updated).append(slug)
         if item.notes:
             report.notes[slug] = item.notes

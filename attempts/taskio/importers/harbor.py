@@ -35,7 +35,7 @@ from attempts.dispatch.hosts import local_docker
 from attempts.models import CheckMode, Layout, RewardRules
 from attempts.taskio import images as task_images
 from attempts.taskio.folders import read_text_file, require_image
-from attempts.taskio.importers.harbor_config import HarborSpec, read_spec
+from attempts.taskio.importers.harbor_config import HarborSpec, StepSpec, read_spec
 from attempts.taskio.importers.items import ImportItem, guarded
 
 CHECK = "bash /tests/test.sh"
@@ -50,22 +50,7 @@ def read_one(path: Path, **options) -> ImportItem:
 
 def folder_tar(folder: Path, prefix: str) -> bytes:
     """A tar of a folder, as it is (modes kept, owned by root), under `prefix` at /."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for path in [folder, *sorted(folder.rglob("*"))]:
-            rel = path.relative_to(folder).as_posix()
-            name = prefix if rel == "." else f"{prefix}/{rel}"
-            if path.is_symlink() or not (path.is_file() or path.is_dir()):
-                raise TaskInvalid(prefix, f"{rel} is not a regular file or folder")
-            info = tar.gettarinfo(str(path), arcname=name)
-            info.uid = info.gid = 0
-            info.uname = info.gname = "root"
-            if path.is_file():
-                with path.open("rb") as handle:
-                    tar.addfile(info, handle)
-            else:
-                tar.addfile(info)
-    return buffer.getvalue()
+    return folders_tar([folder], prefix)
 
 
 def task_values(
@@ -80,11 +65,18 @@ def task_values(
 ) -> dict:
     spec = read_spec(path)
     notes.extend(f"ignored {line}" for line in spec.ignored)
-    instruction = read_text_file(path / "instruction.md", "instruction.md").strip()
-    if not instruction:
-        raise TaskInvalid("instruction.md", "is empty")
-    if not (path / "tests" / "test.sh").is_file():
-        raise TaskInvalid("tests/test.sh", "missing: it is the task's verifier")
+    steps = [_step_values(path, step) for step in spec.steps]
+    if steps:  # each step's instruction is its own; the task's shows them all
+        instruction = "\n\n".join(
+            f"## Step {i}: {step['name']}\n\n{step['instruction']}"
+            for i, step in enumerate(steps, start=1)
+        )
+    else:
+        instruction = read_text_file(path / "instruction.md", "instruction.md").strip()
+        if not instruction:
+            raise TaskInvalid("instruction.md", "is empty")
+        if not (path / "tests" / "test.sh").is_file():
+            raise TaskInvalid("tests/test.sh", "missing: it is the task's verifier")
     if spec.network and not settings.BOLTZ_ALLOW_NETWORK_TASKS:
         raise TaskInvalid(
             "environment.network_mode",
@@ -103,7 +95,9 @@ def task_values(
         "reward_file": True,
         "reward_rules": RewardRules.HARBOR,
         "protected_paths": [],
-        "check_files": folder_tar(path / "tests", "tests"),
+        "check_files": (
+            folder_tar(path / "tests", "tests") if (path / "tests").is_dir() else b""
+        ),
         "check_file_paths": [],
         "check_removed_paths": [],
         "reference_patch": "",
@@ -121,9 +115,65 @@ def task_values(
         "allow_root": True,
         "source_dir": f"harbor:{path.resolve()}",
         "build_context": b"",
+        "step_rewards": spec.step_rewards,
+        "steps": steps,
     }
     values.update(_environment(path, spec, slug, image, build, base_images, progress, notes))
     return values
+
+
+def _step_values(path: Path, step: StepSpec) -> dict:
+    """One step's TaskStep values: its instruction, /tests (the task's tests/ with the step's
+    own over them, as Harbor uploads them), /solution, and the files put in the working
+    folder before it (steps/<name>/workdir/, its setup.sh run there)."""
+    folder = path / "steps" / step.name
+    instruction = read_text_file(
+        folder / "instruction.md", f"steps/{step.name}/instruction.md"
+    ).strip()
+    if not instruction:
+        raise TaskInvalid(f"steps/{step.name}/instruction.md", "is empty")
+    tests = [f for f in (path / "tests", folder / "tests") if f.is_dir()]
+    solution, workdir = folder / "solution", folder / "workdir"
+    return {
+        "name": step.name,
+        "instruction": instruction,
+        "check_files": folders_tar(tests, "tests"),
+        "solution_files": folder_tar(solution, "solution") if solution.is_dir() else b"",
+        "workdir_files": folder_tar(workdir, ".") if workdir.is_dir() else b"",
+        "agent_timeout": step.agent_timeout,
+        "check_timeout": step.verifier_timeout,
+        "agent_user": step.agent_user,
+        "check_user": step.verifier_user,
+        "verifier_env": step.verifier_env,
+        "min_reward": step.min_reward,
+    }
+
+
+def folders_tar(folders: list[Path], prefix: str) -> bytes:
+    """One tar of folders under `prefix` (modes kept, owned by root), a later folder's files
+    over an earlier's of the same name."""
+    merged: dict[str, Path] = {}
+    for folder in folders:
+        for item in [folder, *sorted(folder.rglob("*"))]:
+            merged[item.relative_to(folder).as_posix()] = item
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for rel in sorted(merged, key=lambda r: (r != ".", r)):
+            _add(tar, merged[rel], prefix if rel == "." else f"{prefix}/{rel}", prefix, rel)
+    return buffer.getvalue()
+
+
+def _add(tar: tarfile.TarFile, path: Path, name: str, prefix: str, rel: str) -> None:
+    if path.is_symlink() or not (path.is_file() or path.is_dir()):
+        raise TaskInvalid(prefix, f"{rel} is not a regular file or folder")
+    info = tar.gettarinfo(str(path), arcname=name)
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    if path.is_file():
+        with path.open("rb") as handle:
+            tar.addfile(info, handle)
+    else:
+        tar.addfile(info)
 
 
 def _environment(path, spec: HarborSpec, slug, image, build, base_images, progress, notes) -> dict:

@@ -16,8 +16,10 @@ skills_dir, mcp_servers) and AlienKevin/sprint @ 49e3cd77 (schema 1.4: os, workd
     version | schema_version      str, informational ("1.0" ... "1.4")
     source                        str, informational
     artifacts                     list, ignored: files Harbor copies out after the run
-    multi_step_reward_strategy    ignored without [[steps]] (Harbor ignores it too)
-    [[steps]]                     refused: multi-step tasks
+    multi_step_reward_strategy    "mean" (default) or "final": a multi-step task's reward
+    [[steps]]                     name, min_reward (a number, or {metric: number}), [steps.agent]
+                                  timeout_sec / user, [steps.verifier] timeout_sec / user / env,
+                                  artifacts (ignored); each step's files in steps/<name>/
     [task]      name ("org/name"), description, authors, keywords, version (all but name
                 informational)
     [metadata]  free-form, informational; a string `title` (Boltz's own convention) is the title
@@ -62,6 +64,9 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)\s*([GMK])$")
 _NETWORK_MODES = ("public", "no-network", "allowlist")
+_STEP_KEYS = {"name", "agent", "verifier", "min_reward", "healthcheck", "artifacts"}
+_STEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+STEP_REWARDS = ("mean", "final")
 
 _TOP_KEYS = {
     "version",
@@ -135,6 +140,21 @@ class HarborSpec:
     solution_user: str  # the agent's: Harbor's oracle agent runs as [agent].user
     env: dict[str, dict[str, str]]  # {"environment": ..., "verifier": ..., "solution": ...}
     ignored: list[str] = field(default_factory=list)  # "key: why it is not used"
+    steps: list[StepSpec] = field(default_factory=list)  # a multi-step task's, in order
+    step_rewards: str = ""  # "mean" or "final" for a multi-step task
+
+
+@dataclass
+class StepSpec:
+    """One of [[steps]]: its folder is steps/<name>/."""
+
+    name: str
+    agent_timeout: float  # [steps.agent] timeout_sec, else [agent]'s
+    verifier_timeout: float  # [steps.verifier] timeout_sec, else [verifier]'s
+    agent_user: str  # "" = [agent]'s
+    verifier_user: str  # "" = [verifier]'s
+    verifier_env: dict[str, str]  # over [verifier.env]
+    min_reward: dict[str, float] | None  # a number is {"reward": number}
 
 
 def read_spec(folder: Path) -> HarborSpec:
@@ -145,12 +165,6 @@ def read_spec(folder: Path) -> HarborSpec:
     ignored: list[str] = []
 
     _unknown(config, _TOP_KEYS, "")
-    if "steps" in config:
-        raise TaskInvalid(
-            "steps",
-            "[[steps]]: Harbor runs a multi-step task (one agent run and verifier per step against "
-            "a shared container); Boltz runs one instruction and one check per attempt",
-        )
     for key in ("version", "schema_version"):
         if key in config:
             _string(config[key], key)
@@ -158,9 +172,10 @@ def read_spec(folder: Path) -> HarborSpec:
     if "source" in config:
         _string(config["source"], "source")
         ignored.append(f"source: {INFORMATIONAL}")
-    for key in ("multi_step_reward_strategy", "multi_step_reward_mode"):
-        if key in config:
-            ignored.append(f"{key}: only applies to multi-step tasks ([[steps]])")
+    if "steps" not in config:
+        for key in ("multi_step_reward_strategy", "multi_step_reward_mode"):
+            if key in config:
+                ignored.append(f"{key}: only applies to multi-step tasks ([[steps]])")
     if "artifacts" in config:
         if not isinstance(config["artifacts"], list):
             raise TaskInvalid("artifacts", "expected a list of paths or artifact tables")
@@ -208,13 +223,15 @@ def read_spec(folder: Path) -> HarborSpec:
     workdir = _optional_string(environment, "workdir", "environment")
     if workdir and not workdir.startswith("/"):
         raise TaskInvalid("environment.workdir", f"{workdir!r}: expected an absolute path")
+    verifier_timeout = _positive(verifier, "timeout_sec", "verifier", DEFAULT_TIMEOUT)
+    steps = _steps(config, folder, network, agent_timeout, verifier_timeout, ignored)
 
     return HarborSpec(
         name=name,
         dataset=dataset,
         title=title,
         agent_timeout=agent_timeout,
-        verifier_timeout=_positive(verifier, "timeout_sec", "verifier", DEFAULT_TIMEOUT),
+        verifier_timeout=verifier_timeout,
         build_timeout=_positive(environment, "build_timeout_sec", "environment", DEFAULT_TIMEOUT),
         solution_timeout=agent_timeout,
         cpus=float(_whole(environment, "cpus", "environment", DEFAULT_CPUS)),
@@ -232,6 +249,8 @@ def read_spec(folder: Path) -> HarborSpec:
             "solution": _env(solution, "solution"),
         },
         ignored=ignored,
+        steps=steps,
+        step_rewards=_step_rewards(config) if steps else "",
     )
 
 
@@ -469,46 +488,48 @@ def _refuse_unsupported_environment(folder: Path, environment: dict, ignored: li
         ignored.append("environment.skills_dir: empty")
 
 
-def _refuse_separate_verifier(verifier: dict, ignored: list[str]) -> None:
+def _refuse_separate_verifier(
+    verifier: dict, ignored: list[str], *, section: str = "verifier"
+) -> None:
     if "environment" in verifier:
         raise TaskInvalid(
-            "verifier.environment",
+            f"{section}.environment",
             "[verifier.environment]: Harbor runs the verifier in a separate container of its own; "
             "Boltz checks in "
             "the attempt's container",
         )
     if "environment_mode" in verifier:
-        mode = _string(verifier["environment_mode"], "verifier.environment_mode").strip()
+        mode = _string(verifier["environment_mode"], f"{section}.environment_mode").strip()
         if mode == "separate":
             raise TaskInvalid(
-                "verifier.environment_mode",
+                f"{section}.environment_mode",
                 "environment_mode = 'separate': Harbor runs the verifier in a separate "
                 "container; Boltz checks in the attempt's container",
             )
         if mode != "shared":
             raise TaskInvalid(
-                "verifier.environment_mode", f"{mode!r}: expected 'shared' or 'separate'"
+                f"{section}.environment_mode", f"{mode!r}: expected 'shared' or 'separate'"
             )
     if "collect" in verifier:
         hooks = verifier["collect"]
         if not isinstance(hooks, list):
-            raise TaskInvalid("verifier.collect", f"{hooks!r}: expected a list of tables")
+            raise TaskInvalid(f"{section}.collect", f"{hooks!r}: expected a list of tables")
         if hooks:
             raise TaskInvalid(
-                "verifier.collect",
+                f"{section}.collect",
                 "Harbor runs these [[verifier.collect]] commands after the agent stops; "
                 "Boltz has no such hook",
             )
-        ignored.append("verifier.collect: empty")
+        ignored.append(f"{section}.collect: empty")
     if "continuous" in verifier:
-        continuous = _table(verifier, "continuous", "verifier")
+        continuous = _table(verifier, "continuous", section)
         if continuous.get("enabled", False) is not False:
             raise TaskInvalid(
-                "verifier.continuous",
+                f"{section}.continuous",
                 "[verifier.continuous] is enabled: Harbor verifies submissions in a separate "
                 "container while the agent works; Boltz checks once, in the attempt's container",
             )
-        ignored.append("verifier.continuous: not enabled")
+        ignored.append(f"{section}.continuous: not enabled")
 
 
 def _network_mode(table: dict, section: str) -> str | None:
@@ -556,3 +577,109 @@ def _phase_network(table: dict, section: str, network: bool) -> None:
             f"only; Boltz gives the {section} the container's network "
             f"({'public' if network else 'none'})",
         )
+
+
+# --- multi-step tasks ------------------------------------------------------------------------
+
+
+def _step_rewards(config: dict) -> str:
+    """Harbor's multi_step_reward_strategy: "mean" (its default) or "final"."""
+    if "multi_step_reward_mode" in config:
+        raise TaskInvalid(
+            "multi_step_reward_mode",
+            "unknown key: Harbor's key is multi_step_reward_strategy ('mean' or 'final')",
+        )
+    if "multi_step_reward_strategy" not in config:
+        return "mean"
+    value = _string(config["multi_step_reward_strategy"], "multi_step_reward_strategy").strip()
+    if value not in STEP_REWARDS:
+        raise TaskInvalid("multi_step_reward_strategy", f"{value!r}: expected 'mean' or 'final'")
+    return value
+
+
+def _steps(
+    config: dict,
+    folder: Path,
+    network: bool,
+    agent_timeout: float,
+    verifier_timeout: float,
+    ignored: list[str],
+) -> list[StepSpec]:
+    """[[steps]], in order; each step's folder steps/<name>/ holds its instruction.md, and its
+    tests/test.sh unless the task's tests/test.sh serves every step."""
+    if "steps" not in config:
+        return []
+    tables = config["steps"]
+    if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
+        raise TaskInvalid("steps", "expected [[steps]] tables, at least one")
+    steps: list[StepSpec] = []
+    for index, table in enumerate(tables, start=1):
+        where = f"steps[{index}]"
+        _unknown(table, _STEP_KEYS, where)
+        if "name" not in table:
+            raise TaskInvalid(f"{where}.name", "missing: each step has a name (its folder)")
+        name = _string(table["name"], f"{where}.name").strip()
+        if not _STEP_NAME.match(name):
+            raise TaskInvalid(
+                f"{where}.name", f"{name!r}: expected a folder name (letters, digits, . _ -)"
+            )
+        if any(step.name == name for step in steps):
+            raise TaskInvalid(f"{where}.name", f"{name!r}: two steps of one name")
+        base = folder / "steps" / name
+        if not (base / "instruction.md").is_file():
+            raise TaskInvalid(f"steps/{name}/instruction.md", "missing: each step's instruction")
+        if not (base / "tests" / "test.sh").is_file() and not (
+            folder / "tests" / "test.sh"
+        ).is_file():
+            raise TaskInvalid(
+                f"steps/{name}/tests/test.sh",
+                "missing, and no tests/test.sh serves every step: the step's verifier",
+            )
+        if "healthcheck" in table:
+            raise TaskInvalid(
+                f"{where}.healthcheck",
+                "[steps.healthcheck]: Harbor runs this command until it passes before the "
+                "step's agent starts; Boltz has no readiness check for a step",
+            )
+        if "artifacts" in table:
+            if not isinstance(table["artifacts"], list):
+                raise TaskInvalid(f"{where}.artifacts", "expected a list of paths or tables")
+            if table["artifacts"]:
+                ignored.append(
+                    f"{where}.artifacts: Boltz keeps the agent's changes and each step's "
+                    "check output, not extra files copied out of the container"
+                )
+        agent = _table(table, "agent", where)
+        _unknown(agent, _AGENT_KEYS, f"{where}.agent")
+        verifier = _table(table, "verifier", where)
+        _unknown(verifier, _VERIFIER_KEYS, f"{where}.verifier")
+        _refuse_separate_verifier(verifier, ignored, section=f"{where}.verifier")
+        for section, phase in ((f"{where}.agent", agent), (f"{where}.verifier", verifier)):
+            _phase_network(phase, section, network)
+        steps.append(
+            StepSpec(
+                name=name,
+                agent_timeout=_positive(agent, "timeout_sec", f"{where}.agent", agent_timeout),
+                verifier_timeout=_positive(
+                    verifier, "timeout_sec", f"{where}.verifier", verifier_timeout
+                ),
+                agent_user=_user(agent, f"{where}.agent"),
+                verifier_user=_user(verifier, f"{where}.verifier"),
+                verifier_env=_env(verifier, f"{where}.verifier"),
+                min_reward=_min_reward(table, where),
+            )
+        )
+    return steps
+
+
+def _min_reward(table: dict, where: str) -> dict[str, float] | None:
+    if "min_reward" not in table:
+        return None
+    value = table["min_reward"]
+    if _number(value):
+        return {"reward": float(value)}
+    if isinstance(value, dict) and value and all(_number(v) for v in value.values()):
+        return {str(key): float(v) for key, v in value.items()}
+    raise TaskInvalid(
+        f"{where}.min_reward", f"{value!r}: expected a number or a table of metric = number"
+    )

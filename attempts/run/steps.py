@@ -1,0 +1,240 @@
+"""Multi-step tasks (Harbor's [[steps]]), run as Harbor's MultiStepTrial runs them: in the
+attempt's one sandbox, each step in order puts its files in the working folder (and runs their
+setup.sh there), gives the agent the step's instruction within the step's time limit, ends every
+process of the agent's, and runs the step's verifier in place (the task's tests/ with the step's
+own over them, at /tests; /logs/verifier emptied). Each step's check is kept with its name.
+
+A step ends the attempt early where Harbor's would: its reward below its `min_reward` (a metric
+it did not write counts as below), or a failure that left it without a reward (its setup.sh
+failed, or its verifier wrote none). The attempt's reward is then Harbor's: the mean, metric by
+metric, of the steps that have a reward (a metric a step lacks counts 0), or with
+multi_step_reward_strategy = "final" the last step's that ran. It is kept as one more check
+of the attempt, with no step name; it passes only when every step ran and the reward is 1.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+from attempts.models import CheckResult, EventKind, Status, TaskStep
+from attempts.run import harbor_layout
+from attempts.run.session import CommandRun
+
+
+class StepTask:
+    """A multi-step task as one of its steps sees it: the step's instruction, tests, solution,
+    time limits, users and verifier settings over the task's; everything else the task's."""
+
+    def __init__(self, task, step: TaskStep):
+        self._task = task
+        self.step = step
+        self.step_name = step.name
+        self.instruction = step.instruction
+        self.check_files = bytes(step.check_files)
+        self.solution_files = bytes(step.solution_files)
+        self.agent_timeout = step.agent_timeout
+        self.check_timeout = step.check_timeout
+        self.agent_user = step.agent_user or task.agent_user
+        self.solution_user = step.agent_user or task.solution_user or task.agent_user
+        self.check_user = step.check_user or task.check_user
+        stage_env = dict(task.stage_env or {})
+        stage_env["verifier"] = {**(stage_env.get("verifier") or {}), **(step.verifier_env or {})}
+        self.stage_env = stage_env
+
+    def __getattr__(self, name):
+        return getattr(self._task, name)
+
+
+def step_rewards(result: CheckResult | None) -> dict[str, float] | None:
+    """A step's rewards as Harbor counts them: None where its verifier gave none (a verifier
+    error, or no check); a check Boltz failed for cause (tampering, contradicted reports)
+    counts 0 on every metric."""
+    if result is None or result.verifier_error:
+        return None
+    rewards = {k: float(v) for k, v in (result.reward or {}).items()}
+    if not rewards:
+        rewards = {"reward": float(result.score or 0.0)}
+    if result.problem:
+        return {key: 0.0 for key in rewards}
+    return rewards
+
+
+def below_minimum(rewards: dict[str, float] | None, minimum: dict | None) -> str:
+    """Why a step's rewards end the attempt under its min_reward, or ""."""
+    if not minimum:
+        return ""
+    for key, least in minimum.items():
+        value = (rewards or {}).get(key)
+        if value is None:
+            return f"it wrote no {key!r} (min_reward {least:g})"
+        if value < least:
+            return f"{key} {value:g} < min_reward {least:g}"
+    return ""
+
+
+def combine(per_step: list[dict[str, float] | None], strategy: str) -> dict[str, float] | None:
+    """The attempt's rewards from its steps' (those that ran, in order), as Harbor computes
+    them: "final", the last step's; "mean", each metric's mean over the steps with rewards."""
+    if strategy == "final":
+        return per_step[-1] if per_step else None
+    counted = [r for r in per_step if r is not None]
+    if not counted:
+        return None
+    keys = list(dict.fromkeys(k for r in counted for k in r))
+    return {k: sum(r.get(k, 0.0) for r in counted) / len(counted) for k in keys}
+
+
+def headline(rewards: dict[str, float]) -> float:
+    """The one number of a set of rewards: `reward`, else the only metric, else their mean."""
+    if "reward" in rewards:
+        return rewards["reward"]
+    return sum(rewards.values()) / len(rewards)
+
+
+def workdir_tar(files: bytes, workdir: str, owner: tuple[int, int]) -> bytes:
+    """A step's workdir/ files (a tar of names under ".") under `workdir`, owned by `owner`."""
+    out = io.BytesIO()
+    prefix = workdir.strip("/")
+    with (
+        tarfile.open(fileobj=io.BytesIO(files)) as source,
+        tarfile.open(fileobj=out, mode="w") as tar,
+    ):
+        for member in source.getmembers():
+            rel = member.name[2:] if member.name.startswith("./") else member.name
+            if rel in ("", "."):
+                continue  # the working folder itself is the image's
+            data = source.extractfile(member) if member.isfile() else None
+            member.name = f"{prefix}/{rel}"
+            member.uid, member.gid = owner
+            member.uname = member.gname = ""
+            tar.addfile(member, data)
+    return out.getvalue()
+
+
+def run_steps(director) -> tuple[CommandRun | None, CheckResult]:
+    """Every step of the director's multi-step task, in order, until one ends the attempt;
+    then its changes recorded and its combined result kept. Returns the agent's run that
+    decides the outcome (the first that ran out of time, else the last) and the combined
+    check."""
+    task, session, timeline = director.task, director.session, director.timeline
+    steps = list(task.steps.order_by("position"))
+    ran: list[tuple[TaskStep, CheckResult | None]] = []
+    stopped = ""
+    agent = None
+    try:
+        for index, step in enumerate(steps, start=1):
+            view = StepTask(task, step)
+            director.task = session.step_task = view
+            director.advance(Status.RUNNING, f"step {index} of {len(steps)}: {step.name}")
+            failed = _put_step_files(director, step, view)
+            if failed:
+                ran.append((step, None))
+                stopped = f"step {step.name}: {failed}"
+                break
+            run = director.work.run(director)
+            if agent is None or not agent.result.timed_out:
+                agent = run  # the first step whose agent ran out of time decides the outcome
+            director.end_agent()
+            director.trees.record(session)  # what the step's verifier checks, and the diff so far
+            result = director.check()
+            ran.append((step, result))
+            rewards = step_rewards(result)
+            why = "its verifier wrote no reward" if rewards is None else ""
+            why = why or below_minimum(rewards, step.min_reward)
+            if why and index < len(steps):
+                stopped = f"step {step.name}: {why}"
+                break
+    finally:
+        session.step_task = None
+        director.task = task
+    if stopped:
+        not_run = [s.name for s in steps[len(ran) :]]
+        timeline.add(
+            EventKind.LIFECYCLE,
+            message=f"{stopped}: the steps after it do not run, as in Harbor"
+            + (f" ({', '.join(not_run)})" if not_run else ""),
+        )
+    if not ran or ran[-1][1] is None:  # the last step ended before its agent: its files count
+        director.session.halt()
+        director.trees.record(session)
+    return agent, _keep_combined(director, steps, ran, stopped)
+
+
+def _put_step_files(director, step: TaskStep, view: StepTask) -> str:
+    """The step's workdir/ files put in the working folder as its agent's user, and their
+    setup.sh run there; why the step cannot go on, or ""."""
+    if not step.workdir_files:
+        return ""
+    session = director.session
+    owner = harbor_layout.ids(session.run_as(view.agent_user))
+    session.put_archive(workdir_tar(bytes(step.workdir_files), session.workdir, owner))
+    director.timeline.add(
+        EventKind.FILE,
+        action="step files",
+        message=f"the task put step {step.name}'s files in {session.workdir}",
+    )
+    with tarfile.open(fileobj=io.BytesIO(bytes(step.workdir_files))) as tar:
+        names = tar.getnames()
+    if "./setup.sh" not in names and "setup.sh" not in names:
+        return ""
+    run = session.exec(
+        "setup",
+        ["bash", f"{session.workdir}/setup.sh"],
+        timeout=view.agent_timeout,
+        user=session.run_as(view.agent_user),
+        user_name=view.agent_user,
+    )
+    if run.result.timed_out or run.result.exit_code != 0:
+        how = "timed out" if run.result.timed_out else f"exited {run.result.exit_code}"
+        return f"its setup.sh {how}"
+    return ""
+
+
+def _keep_combined(
+    director, steps: list[TaskStep], ran: list[tuple[TaskStep, CheckResult | None]], stopped: str
+) -> CheckResult:
+    task = director.task
+    per_step = [step_rewards(result) for _, result in ran]
+    rewards = combine(per_step, task.step_rewards)
+    lines = []
+    for (step, result), got in zip(ran, per_step, strict=True):
+        said = ", ".join(f"{k} {v:g}" for k, v in got.items()) if got else "no reward"
+        why = result.summary if result is not None else stopped
+        lines.append(f"step {step.name}: {said} ({why})")
+    lines += [f"step {s.name}: not run" for s in steps[len(ran) :]]
+    how = "the last step's" if task.step_rewards == "final" else "the mean of the steps'"
+    every = len(ran) == len(steps) and all(r is not None for r in per_step)
+    if rewards is None:
+        summary = "verifier error: no step's verifier wrote a reward"
+        score, passed = 0.0, False
+    else:
+        score = headline(rewards)
+        passed = score >= 1.0 and every
+        summary = f"reward {score:g}, {how} rewards ({len(ran)} of {len(steps)} steps ran)"
+        if stopped:
+            summary += f"; stopped after {stopped}"
+    result = CheckResult.objects.create(
+        attempt=director.attempt,
+        passed=passed,
+        score=score,
+        mode=task.check_mode,
+        summary=summary,
+        verifier_error=rewards is None,
+        source=CheckResult.Source.REWARD_FILE,
+        output="\n".join(lines),
+        reward=rewards,
+    )
+    director.timeline.add(
+        EventKind.CHECK,
+        passed=passed,
+        score=score,
+        source=result.source,
+        mode=result.mode,
+        summary=summary,
+        problem="",
+        verifier_error=rewards is None,
+        steps=lines[:100],
+        check=result.pk,
+    )
+    return result

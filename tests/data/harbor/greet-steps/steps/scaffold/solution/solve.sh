@@ -1,0 +1,3 @@
+#!/bin/bash
+set -euo pipefail
+printf 'def greet():\n    return "hello"\n' > /app/greet.py
