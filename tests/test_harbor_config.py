@@ -370,6 +370,8 @@ STEPS = """
 schema_version = "1.1"
 [task]
 name = "harbor/example-multi-step"
+[agent]
+timeout_sec = 100.0
 [environment]
 workdir = "/app"
 [[steps]]
@@ -377,13 +379,72 @@ name = "scaffold"
 min_reward = 1.0
 [steps.agent]
 timeout_sec = 60.0
+[[steps]]
+name = "implement"
+min_reward = { correctness = 0.8, style = 0.5 }
+[steps.verifier]
+user = "grader"
+env = { LEVEL = "2" }
 """
+
+
+def with_steps(tmp_path, toml: str = STEPS, names=("scaffold", "implement")):
+    task = make_task(tmp_path, toml)
+    for name in names:
+        (task / "steps" / name / "tests").mkdir(parents=True)
+        (task / "steps" / name / "instruction.md").write_text(f"Do {name}.\n")
+        (task / "steps" / name / "tests" / "test.sh").write_text(
+            "echo 1 > /logs/verifier/reward.txt\n"
+        )
+    return task
+
+
+def test_steps_are_read_in_order_with_their_own_settings_over_the_tasks(tmp_path):
+    spec = read_spec(with_steps(tmp_path))
+    assert spec.step_rewards == "mean"
+    scaffold, implement = spec.steps
+    assert (scaffold.name, scaffold.agent_timeout, scaffold.min_reward) == (
+        "scaffold",
+        60.0,
+        {"reward": 1.0},
+    )
+    assert (implement.agent_timeout, implement.verifier_user, implement.verifier_env) == (
+        100.0,
+        "grader",
+        {"LEVEL": "2"},
+    )
+    assert implement.min_reward == {"correctness": 0.8, "style": 0.5}
+    final = read_spec(with_steps(tmp_path / "f", 'multi_step_reward_strategy = "final"\n' + STEPS))
+    assert final.step_rewards == "final"
+
+
+@pytest.mark.parametrize(
+    "extra, names, field, words",
+    [
+        ("", ("scaffold",), "steps/implement/instruction.md", "each step's instruction"),
+        ('multi_step_reward_strategy = "max"\n', None, "multi_step_reward_strategy", "'final'"),
+        ("[[steps]]\nname = 'scaffold'\n", None, "steps[3].name", "two steps of one name"),
+        ("[[steps]]\nname = '../up'\n", None, "steps[3].name", "folder name"),
+        ("[[steps]]\nname = 'x'\nmin_reward = 'high'\n", ("scaffold", "implement", "x"),
+         "steps[3].min_reward", "a number or a table"),
+        ("[[steps]]\nname = 'x'\nhealthcheck = { command = 'true' }\n",
+         ("scaffold", "implement", "x"), "steps[3].healthcheck", "before the step's agent"),
+        ("[[steps]]\nname = 'x'\n[steps.verifier]\nenvironment_mode = 'separate'\n",
+         ("scaffold", "implement", "x"), "steps[3].verifier.environment_mode", "separate"),
+        ("[[steps]]\nname = 'x'\nretries = 2\n", ("scaffold", "implement", "x"),
+         "steps[3].retries", "unknown key"),
+    ],
+)  # fmt: skip
+def test_a_step_harbor_would_not_run_is_refused_naming_it(tmp_path, extra, names, field, words):
+    toml = extra + STEPS if extra.startswith("multi") else STEPS + extra
+    with pytest.raises(TaskInvalid) as caught:
+        read_spec(with_steps(tmp_path, toml, names or ("scaffold", "implement")))
+    assert caught.value.field == field and words in caught.value.message
 
 
 @pytest.mark.parametrize(
     "toml, field, words",
     [
-        (STEPS, "steps", "multi-step"),
         ('[verifier.environment]\ndocker_image = "grader:1"', "verifier.environment", "separate"),
         ('[verifier]\nenvironment_mode = "separate"', "verifier.environment_mode", "separate"),
         (

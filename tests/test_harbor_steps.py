@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 
+from attempts.exports.bundle import attempt_record
 from attempts.models import Attempt, EventKind, Outcome, Task
 from attempts.services.attempts import attempt_create
 from tests.conftest import wait_finished
@@ -63,7 +64,7 @@ def test_the_import_keeps_each_steps_instruction_tests_solution_files_and_limits
 
 @pytest.mark.worker
 def test_reference_passes_every_step_and_noop_stops_at_the_first_below_its_min_reward(
-    worker, docker_ready
+    worker, docker_ready, admin_client
 ):
     run_import(STEPS)
     task = Task.objects.get(slug="greet-steps")
@@ -92,6 +93,14 @@ def test_reference_passes_every_step_and_noop_stops_at_the_first_below_its_min_r
         "the steps after it do not run, as in Harbor (implement)" in e.data.get("message", "")
         for e in noop.events.filter(kind=EventKind.LIFECYCLE)
     )
+    # The attempt page says each step's verdict, and which never ran; so does the export.
+    page = admin_client.get(f"/attempts/{noop.pk}/").content.decode()
+    assert "<strong>scaffold</strong>" in page and "reward 0 from reward.txt" in page
+    assert '<strong>implement</strong> <span class="muted">not run: an earlier step' in page
+    checks_page = admin_client.get(f"/attempts/{reference.pk}/?view=check").content.decode()
+    assert "Step scaffold" in checks_page and "Every step, combined" in checks_page
+    assert [s["step"] for s in attempt_record(reference)["steps"]] == ["scaffold", "implement"]
+    assert attempt_record(reference)["steps"][1]["reward"] == {"reward": 1.0, "style": 1.0}
 
 
 @pytest.mark.worker
@@ -136,3 +145,24 @@ def test_api_sandboxes_pools_and_rechecks_say_a_multi_step_task_runs_as_an_attem
         sandbox_create(user=user, task="greet-steps")
     with pytest.raises(InvalidRequest, match="run as an attempt"):
         pool_create(user=user, task="greet-steps", size=1)
+
+
+# --- Harbor's rules, as pure logic -------------------------------------------------------------
+def test_the_mean_counts_a_missing_metric_as_0_and_skips_steps_without_rewards():
+    from attempts.run.steps import combine, headline
+
+    per_step = [{"reward": 1.0}, None, {"reward": 0.0, "style": 1.0}]
+    assert combine(per_step, "mean") == {"reward": 0.5, "style": 0.5}
+    assert combine(per_step, "final") == {"reward": 0.0, "style": 1.0}
+    assert combine([{"reward": 1.0}, None], "final") is None  # the last that ran gave none
+    assert combine([None], "mean") is None
+    assert headline({"style": 0.25, "speed": 0.75}) == 0.5 and headline({"reward": 0.2}) == 0.2
+
+
+def test_min_reward_stops_below_it_and_on_a_metric_the_step_did_not_write():
+    from attempts.run.steps import below_minimum
+
+    assert below_minimum({"reward": 0.5}, {"reward": 0.5}) == ""
+    assert below_minimum({"reward": 0.4}, {"reward": 0.5}) == "reward 0.4 < min_reward 0.5"
+    assert below_minimum({"reward": 1.0}, {"style": 0.5}) == "it wrote no 'style' (min_reward 0.5)"
+    assert below_minimum(None, None) == ""

@@ -77,7 +77,23 @@ def attempt_record(attempt: Attempt) -> dict:
         "changes_state": attempt.changes_state,
         "changes_error": attempt.changes_error,
         "tamper": tamper_record(attempt),
+        **({"steps": step_records(attempt)} if attempt.task.multi_step else {}),
     }
+
+
+def step_records(attempt: Attempt) -> list[dict]:
+    """A multi-step attempt's steps that ran, in order: each one's verdict and rewards."""
+    return [
+        {
+            "step": check.step,
+            "passed": check.passed,
+            "score": check.score,
+            "reward": check.reward,
+            "verifier_error": check.verifier_error,
+            "summary": check.summary,
+        }
+        for check in attempt.checks.exclude(step="").order_by("pk")
+    ]
 
 
 def tamper_record(attempt: Attempt) -> dict:

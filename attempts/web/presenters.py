@@ -497,6 +497,8 @@ class Verdict:
     tamper_more: int = 0
     runner_access: list = field(default_factory=list)  # {path, line, what, text}
     runner_access_more: int = 0
+    steps: list = field(default_factory=list)  # a multi-step attempt's step checks, in order
+    steps_not_run: list = field(default_factory=list)  # the names of the steps after its end
 
 
 def _meaning(attempt, check) -> str:
@@ -540,6 +542,10 @@ def verdict_summary(attempt, check, *, diff: str | None = None) -> Verdict:
             if len(t.message) > MESSAGE_CHARS:
                 t.message = t.message[:MESSAGE_CHARS] + "\n[… cut: the Check tab has it all …]"
         verdict.failing = failing[:FAILING_SHOWN]
+    if attempt.task.multi_step:
+        verdict.steps = list(attempt.checks.exclude(step="").defer("output", "junit_xml"))
+        names = list(attempt.task.steps.values_list("name", flat=True))
+        verdict.steps_not_run = names[len(verdict.steps) :] if attempt.is_done else []
     protected = (attempt.tamper or {}).get("protected") or []
     verdict.tamper = protected[:20]
     verdict.tamper_more = max(0, len(protected) - 20)
