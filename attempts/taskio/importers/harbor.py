@@ -50,7 +50,7 @@ def read_one(path: Path, **options) -> ImportItem:
 
 def folder_tar(folder: Path, prefix: str) -> bytes:
     """A tar of a folder, as it is (modes kept, owned by root), under `prefix` at /."""
-    return folders_tar([folder], prefix)
+    return merged_folders_tar([folder], prefix)
 
 
 def task_values(
@@ -137,7 +137,7 @@ def _step_values(path: Path, step: StepSpec) -> dict:
     return {
         "name": step.name,
         "instruction": instruction,
-        "check_files": folders_tar(tests, "tests"),
+        "check_files": merged_folders_tar(tests, "tests"),
         "solution_files": folder_tar(solution, "solution") if solution.is_dir() else b"",
         "workdir_files": folder_tar(workdir, ".") if workdir.is_dir() else b"",
         "agent_timeout": step.agent_timeout,
@@ -149,7 +149,7 @@ def _step_values(path: Path, step: StepSpec) -> dict:
     }
 
 
-def folders_tar(folders: list[Path], prefix: str) -> bytes:
+def merged_folders_tar(folders: list[Path], prefix: str) -> bytes:
     """One tar of folders under `prefix` (modes kept, owned by root), a later folder's files
     over an earlier's of the same name."""
     merged: dict[str, Path] = {}
