@@ -195,6 +195,13 @@ class Task(models.Model):
         editable=False,
         help_text="A tar of the reference solution's folder, put at /solution for it.",
     )
+    healthcheck = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Harbor's [environment.healthcheck]: {command, user, interval_sec, "
+        "timeout_sec, start_period_sec, start_interval_sec, retries}, run before the agent "
+        "until it passes; null: none.",
+    )
     step_rewards = models.CharField(
         max_length=8,
         blank=True,
@@ -340,6 +347,9 @@ class TaskStep(models.Model):
     agent_user = models.CharField(max_length=100, blank=True)
     check_user = models.CharField(max_length=100, blank=True)
     verifier_env = models.JSONField(default=dict, blank=True)
+    healthcheck = models.JSONField(
+        null=True, blank=True, help_text="As the task's, run after the step's setup.sh."
+    )
     min_reward = models.JSONField(
         null=True,
         blank=True,

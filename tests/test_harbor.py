@@ -268,9 +268,8 @@ def test_network_is_refused_unless_the_installation_allows_networked_tasks(docke
             lambda d: (d / "environment" / "docker-compose.yaml").write_text("services: {}\n"),
             "docker-compose.yaml",
         ),
-        (lambda d: _append(d, "\n[environment.healthcheck]\ncommand = 'true'\n"), "healthcheck"),
         (lambda d: _set_env(d, "gpus = 1"), "gpus"),
-        (lambda d: _append(d, "\n[[steps]]\nname = 'one'\n"), "steps"),
+        (lambda d: _append(d, "\n[[steps]]\nname = 'one'\n"), "steps/one/instruction.md"),
     ],
 )
 def test_unsupported_harbor_features_are_refused_naming_the_key(change, field, tmp_path):
@@ -488,3 +487,42 @@ def test_a_docker_image_this_host_lacks_is_mapped_as_a_base_is(docker_ready, tmp
         "base image mapped: docker_image registry.invalid/team/env:3 -> boltz-base:bookworm" in said
     )
     assert Task.objects.get(slug="prebuilt").image == "boltz-base:bookworm"
+
+
+HEALTHCHECK = """
+[environment.healthcheck]
+command = "n=$(cat /tmp/tries 2>/dev/null || echo 0); echo $((n + 1)) > /tmp/tries; [ $n -ge 2 ]"
+interval_sec = 0.2
+start_interval_sec = 0.2
+retries = 5
+"""
+
+
+@pytest.mark.worker
+def test_a_healthcheck_runs_until_it_passes_before_the_agent_or_ends_it_as_the_tasks_failure(
+    worker, docker_ready, tmp_path
+):
+    ready, never = tmp_path / "hc-ready", tmp_path / "hc-never"
+    for folder, text in ((ready, HEALTHCHECK), (never, HEALTHCHECK.replace("-ge 2", "-ge 99"))):
+        shutil.copytree(HARBOR / "tmp-root", folder)
+        _append(folder, text)
+        run_import(folder)
+    assert Task.objects.get(slug="hc-ready").healthcheck["retries"] == 5
+    probe = 'cat /tmp/tries; f=$(mktemp); echo scratch > "$f"; cp "$f" note.txt'  # solve.sh
+    passed, failed = wait_finished(
+        [
+            attempt_create(task=Task.objects.get(slug=s), agent="command", command=probe)
+            for s in ("hc-ready", "hc-never")
+        ],
+        timeout=180,
+    )
+    assert passed.outcome == Outcome.PASSED, passed.failure_reason
+    messages = [e.data.get("message", "") for e in passed.events.order_by("seq")]
+    assert "the task's environment is healthy (its healthcheck passed on try 3)" in messages
+    assert exec_ends(passed, "agent")[0]["stdout"]["head"].startswith("3\n")  # before the agent
+    # Never ready: the task's failure (no reward, left out of scores), and no agent ran.
+    assert failed.outcome == Outcome.INFRA_ERROR
+    assert "environment.healthcheck: the task's environment never became healthy" in (
+        failed.failure_reason
+    )
+    assert "failed 5 time(s) in a row" in failed.failure_reason and not exec_ends(failed, "agent")

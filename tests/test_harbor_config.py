@@ -399,6 +399,20 @@ def with_steps(tmp_path, toml: str = STEPS, names=("scaffold", "implement")):
     return task
 
 
+def test_a_healthcheck_is_read_with_harbors_defaults(tmp_path):
+    spec = read_spec(make_task(tmp_path, '[environment.healthcheck]\ncommand = "curl -f x"\n'))
+    assert spec.healthcheck == {
+        "command": "curl -f x",
+        "interval_sec": 5.0,
+        "timeout_sec": 30.0,
+        "start_period_sec": 0.0,
+        "start_interval_sec": 5.0,
+        "retries": 3,
+    }
+    error = refused(tmp_path / "b", '[environment.healthcheck]\ncommand = "x"\nretries = 0\n')
+    assert error.field == "environment.healthcheck.retries"
+
+
 def test_steps_are_read_in_order_with_their_own_settings_over_the_tasks(tmp_path):
     spec = read_spec(with_steps(tmp_path))
     assert spec.step_rewards == "mean"
@@ -427,8 +441,8 @@ def test_steps_are_read_in_order_with_their_own_settings_over_the_tasks(tmp_path
         ("[[steps]]\nname = '../up'\n", None, "steps[3].name", "folder name"),
         ("[[steps]]\nname = 'x'\nmin_reward = 'high'\n", ("scaffold", "implement", "x"),
          "steps[3].min_reward", "a number or a table"),
-        ("[[steps]]\nname = 'x'\nhealthcheck = { command = 'true' }\n",
-         ("scaffold", "implement", "x"), "steps[3].healthcheck", "before the step's agent"),
+        ("[[steps]]\nname = 'x'\nhealthcheck = { retries = 2 }\n",
+         ("scaffold", "implement", "x"), "steps[3].healthcheck.command", "exit 0 means ready"),
         ("[[steps]]\nname = 'x'\n[steps.verifier]\nenvironment_mode = 'separate'\n",
          ("scaffold", "implement", "x"), "steps[3].verifier.environment_mode", "separate"),
         ("[[steps]]\nname = 'x'\nretries = 2\n", ("scaffold", "implement", "x"),
@@ -456,11 +470,6 @@ def test_a_step_harbor_would_not_run_is_refused_naming_it(tmp_path, extra, names
         ("[environment]\ngpus = 1", "environment.gpus", "GPU"),
         ('[environment]\ngpus = 2\ngpu_types = ["H100"]', "environment.gpus", "GPU"),
         ('[environment.tpu]\ntype = "v6e"\ntopology = "2x4"', "environment.tpu", "TPU"),
-        (
-            '[environment.healthcheck]\ncommand = "curl -f localhost:8080"',
-            "environment.healthcheck",
-            "before the agent starts",
-        ),
         ('[environment]\nos = "windows"', "environment.os", "Windows"),
         ('[environment]\nos = "Windows"', "environment.os", "Windows"),
         ('[environment]\nnetwork_mode = "allowlist"', "environment.network_mode", "allowed hosts"),

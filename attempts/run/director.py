@@ -65,6 +65,7 @@ from attempts.run.docker.runtime import (
     image_exists,
     remove_attempt_containers,
 )
+from attempts.run.healthcheck import wait_healthy
 from attempts.run.heartbeat import beating
 from attempts.run.image_builds import ensure_task_image
 from attempts.run.session import CommandRun, SandboxSession, files_tar, update_attempt
@@ -363,6 +364,20 @@ class AttemptRunner:
             container=session.sandbox.id[:12],
             message=message,
         )
+        if task.healthcheck:  # Harbor's: the environment ready before the agent starts
+            tries = wait_healthy(
+                session,
+                task.healthcheck,
+                user=task.healthcheck.get("user", ""),
+                where="environment.healthcheck",
+                stop_if_asked=self.stop_if_asked,
+            )
+            self.timeline.add(
+                EventKind.LIFECYCLE,
+                status=Status.STARTING,
+                message=f"the task's environment is healthy (its healthcheck passed on try "
+                f"{tries})",
+            )
         if task.setup_command.strip():
             run = session.exec("setup", task.setup_command, timeout=task.setup_timeout)
             if run.result.timed_out or run.result.exit_code != 0:

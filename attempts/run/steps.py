@@ -17,8 +17,10 @@ from __future__ import annotations
 import io
 import tarfile
 
+from attempts.core.errors import TaskInvalid
 from attempts.models import CheckResult, EventKind, Status, TaskStep
 from attempts.run import harbor_layout
+from attempts.run.healthcheck import wait_healthy
 from attempts.run.session import CommandRun
 
 
@@ -162,32 +164,41 @@ def run_steps(director) -> tuple[CommandRun | None, CheckResult]:
 
 
 def _put_step_files(director, step: TaskStep, view: StepTask) -> str:
-    """The step's workdir/ files put in the working folder as its agent's user, and their
-    setup.sh run there; why the step cannot go on, or ""."""
-    if not step.workdir_files:
-        return ""
+    """The step's workdir/ files put in the working folder as its agent's user, their setup.sh
+    run there, then its healthcheck; why the step cannot go on, or ""."""
     session = director.session
-    owner = harbor_layout.ids(session.run_as(view.agent_user))
-    session.put_archive(workdir_tar(bytes(step.workdir_files), session.workdir, owner))
-    director.timeline.add(
-        EventKind.FILE,
-        action="step files",
-        message=f"the task put step {step.name}'s files in {session.workdir}",
-    )
-    with tarfile.open(fileobj=io.BytesIO(bytes(step.workdir_files))) as tar:
-        names = tar.getnames()
-    if "./setup.sh" not in names and "setup.sh" not in names:
-        return ""
-    run = session.exec(
-        "setup",
-        ["bash", f"{session.workdir}/setup.sh"],
-        timeout=view.agent_timeout,
-        user=session.run_as(view.agent_user),
-        user_name=view.agent_user,
-    )
-    if run.result.timed_out or run.result.exit_code != 0:
-        how = "timed out" if run.result.timed_out else f"exited {run.result.exit_code}"
-        return f"its setup.sh {how}"
+    if step.workdir_files:
+        owner = harbor_layout.ids(session.run_as(view.agent_user))
+        session.put_archive(workdir_tar(bytes(step.workdir_files), session.workdir, owner))
+        director.timeline.add(
+            EventKind.FILE,
+            action="step files",
+            message=f"the task put step {step.name}'s files in {session.workdir}",
+        )
+        with tarfile.open(fileobj=io.BytesIO(bytes(step.workdir_files))) as tar:
+            names = tar.getnames()
+        if "./setup.sh" in names or "setup.sh" in names:
+            run = session.exec(
+                "setup",
+                ["bash", f"{session.workdir}/setup.sh"],
+                timeout=view.agent_timeout,
+                user=session.run_as(view.agent_user),
+                user_name=view.agent_user,
+            )
+            if run.result.timed_out or run.result.exit_code != 0:
+                how = "timed out" if run.result.timed_out else f"exited {run.result.exit_code}"
+                return f"the task's setup.sh {how}"
+    if step.healthcheck:
+        try:
+            wait_healthy(
+                session,
+                step.healthcheck,
+                user=view.agent_user,
+                where=f"steps.{step.name}.healthcheck",
+                stop_if_asked=director.stop_if_asked,
+            )
+        except TaskInvalid as exc:
+            return exc.message
     return ""
 
 

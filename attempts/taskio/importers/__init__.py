@@ -55,9 +55,9 @@ def detect(path: Path) -> str:
     if path.is_dir():
         one_step = (path / "instruction.md").is_file() and (path / "tests").is_dir()
         multi_step = (path / "steps").is_dir()  # Harbor's [[steps]]: steps/<name>/
-        if (path / "task.toml").is_file() and (one_step or multi_step):
-            if not (path / "check").exists():
-                return "harbor"
+        harbor = (one_step or multi_step) and not (path / "check").exists()
+        if (path / "task.toml").is_file() and harbor:
+            return "harbor"
         if (path / "task.toml").is_file():
             return "boltz"
         return "folder"  # a folder of task folders

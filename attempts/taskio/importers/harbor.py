@@ -95,9 +95,7 @@ def task_values(
         "reward_file": True,
         "reward_rules": RewardRules.HARBOR,
         "protected_paths": [],
-        "check_files": (
-            folder_tar(path / "tests", "tests") if (path / "tests").is_dir() else b""
-        ),
+        "check_files": (folder_tar(path / "tests", "tests") if (path / "tests").is_dir() else b""),
         "check_file_paths": [],
         "check_removed_paths": [],
         "reference_patch": "",
@@ -116,6 +114,7 @@ def task_values(
         "source_dir": f"harbor:{path.resolve()}",
         "build_context": b"",
         "step_rewards": spec.step_rewards,
+        "healthcheck": spec.healthcheck,
         "steps": steps,
     }
     values.update(_environment(path, spec, slug, image, build, base_images, progress, notes))
@@ -146,6 +145,7 @@ def _step_values(path: Path, step: StepSpec) -> dict:
         "check_user": step.verifier_user,
         "verifier_env": step.verifier_env,
         "min_reward": step.min_reward,
+        "healthcheck": step.healthcheck,
     }
 
 
@@ -221,6 +221,8 @@ def _environment(path, spec: HarborSpec, slug, image, build, base_images, progre
         )
     image_user = config.get("user") or "root"
     agent_user = spec.agent_user or image_user
+    if values_healthcheck := spec.healthcheck:  # Harbor runs it as the image's user
+        values["healthcheck"] = {**values_healthcheck, "user": image_user}
     values.update(
         image=name,
         workdir=workdir,

@@ -34,7 +34,8 @@ skills_dir, mcp_servers) and AlienKevin/sprint @ 49e3cd77 (schema 1.4: os, workd
                 ("10G", deprecated), gpus (0), gpu_types, tpu, allow_internet (true,
                 deprecated), network_mode ("public" | "no-network" | "allowlist"),
                 allowed_hosts, mcp_servers, env (${VAR} / ${VAR:-default} resolved on the host),
-                skills_dir, healthcheck, workdir
+                skills_dir, healthcheck (command, interval_sec, timeout_sec, start_period_sec,
+                start_interval_sec, retries: run before the agent until it passes), workdir
     environment/Dockerfile, or environment/docker-compose.yaml (a multi-container task)
 
 Harbor itself lets unknown keys through (pydantic's default); this reader refuses them, so a
@@ -140,6 +141,7 @@ class HarborSpec:
     solution_user: str  # the agent's: Harbor's oracle agent runs as [agent].user
     env: dict[str, dict[str, str]]  # {"environment": ..., "verifier": ..., "solution": ...}
     ignored: list[str] = field(default_factory=list)  # "key: why it is not used"
+    healthcheck: dict | None = None  # [environment.healthcheck], as healthcheck() reads it
     steps: list[StepSpec] = field(default_factory=list)  # a multi-step task's, in order
     step_rewards: str = ""  # "mean" or "final" for a multi-step task
 
@@ -155,6 +157,7 @@ class StepSpec:
     verifier_user: str  # "" = [verifier]'s
     verifier_env: dict[str, str]  # over [verifier.env]
     min_reward: dict[str, float] | None  # a number is {"reward": number}
+    healthcheck: dict | None = None  # [steps.healthcheck], run after its setup.sh
 
 
 def read_spec(folder: Path) -> HarborSpec:
@@ -249,6 +252,7 @@ def read_spec(folder: Path) -> HarborSpec:
             "solution": _env(solution, "solution"),
         },
         ignored=ignored,
+        healthcheck=healthcheck(environment, "environment"),
         steps=steps,
         step_rewards=_step_rewards(config) if steps else "",
     )
@@ -459,13 +463,6 @@ def _refuse_unsupported_environment(folder: Path, environment: dict, ignored: li
             "environment.tpu",
             "[environment.tpu]: Harbor requests a TPU slice (GKE only); Boltz gives no TPUs",
         )
-    if "healthcheck" in environment:
-        raise TaskInvalid(
-            "environment.healthcheck",
-            "[environment.healthcheck]: Harbor runs this command until it passes before the agent "
-            "starts; Boltz starts "
-            "the agent without a readiness check",
-        )
     if "mcp_servers" in environment:
         servers = environment["mcp_servers"]
         if not isinstance(servers, list):
@@ -628,18 +625,13 @@ def _steps(
         base = folder / "steps" / name
         if not (base / "instruction.md").is_file():
             raise TaskInvalid(f"steps/{name}/instruction.md", "missing: each step's instruction")
-        if not (base / "tests" / "test.sh").is_file() and not (
-            folder / "tests" / "test.sh"
-        ).is_file():
+        if (
+            not (base / "tests" / "test.sh").is_file()
+            and not (folder / "tests" / "test.sh").is_file()
+        ):
             raise TaskInvalid(
                 f"steps/{name}/tests/test.sh",
                 "missing, and no tests/test.sh serves every step: the step's verifier",
-            )
-        if "healthcheck" in table:
-            raise TaskInvalid(
-                f"{where}.healthcheck",
-                "[steps.healthcheck]: Harbor runs this command until it passes before the "
-                "step's agent starts; Boltz has no readiness check for a step",
             )
         if "artifacts" in table:
             if not isinstance(table["artifacts"], list):
@@ -667,6 +659,7 @@ def _steps(
                 verifier_user=_user(verifier, f"{where}.verifier"),
                 verifier_env=_env(verifier, f"{where}.verifier"),
                 min_reward=_min_reward(table, where),
+                healthcheck=healthcheck(table, where),
             )
         )
     return steps
@@ -683,3 +676,47 @@ def _min_reward(table: dict, where: str) -> dict[str, float] | None:
     raise TaskInvalid(
         f"{where}.min_reward", f"{value!r}: expected a number or a table of metric = number"
     )
+
+
+# --- health checks -----------------------------------------------------------------------------
+
+_HEALTHCHECK_KEYS = {
+    "command",
+    "interval_sec",
+    "timeout_sec",
+    "start_period_sec",
+    "start_interval_sec",
+    "retries",
+}
+
+
+def healthcheck(table: dict, section: str) -> dict | None:
+    """[<section>.healthcheck] with Harbor's defaults (HealthcheckConfig): `command` run until it
+    exits 0; failures within `start_period_sec` do not count (tried every
+    `start_interval_sec`), then `retries` failures in a row end the trial (tried every
+    `interval_sec`); each try may take `timeout_sec`."""
+    if "healthcheck" not in table:
+        return None
+    where = _dotted(section, "healthcheck")
+    check = _table(table, "healthcheck", section)
+    _unknown(check, _HEALTHCHECK_KEYS, where)
+    command = _optional_string(check, "command", where)
+    if not command:
+        raise TaskInvalid(f"{where}.command", "missing: the command whose exit 0 means ready")
+    return {
+        "command": command,
+        "interval_sec": _positive(check, "interval_sec", where, 5.0),
+        "timeout_sec": _positive(check, "timeout_sec", where, 30.0),
+        "start_period_sec": _seconds_or_zero(check, "start_period_sec", where),
+        "start_interval_sec": _positive(check, "start_interval_sec", where, 5.0),
+        "retries": _whole(check, "retries", where, 3),
+    }
+
+
+def _seconds_or_zero(table: dict, key: str, section: str) -> float:
+    if key not in table:
+        return 0.0
+    value = table[key]
+    if not _number(value) or not 0 <= value <= MAX_STAGE_SECONDS:
+        raise TaskInvalid(_dotted(section, key), f"{value!r}: expected 0 or more seconds")
+    return float(value)
