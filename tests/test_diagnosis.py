@@ -258,9 +258,13 @@ def test_ordinary_failures_are_not_blamed_on_the_environment(output):
     assert environment_cause(output) == ""
 
 
-def test_the_last_cause_in_the_output_wins():
-    output = "curl: (6) Could not resolve host: example.com\nbash: line 4: jq: command not found\n"
+def test_the_last_cause_in_the_output_wins_but_a_download_that_failed_explains_a_missing_tool():
+    output = (
+        "mkdir: cannot create directory '/opt/x': Permission denied\nbash: jq: command not found\n"
+    )
     assert environment_cause(output).startswith("the sandbox image lacks a tool: ")
+    output = "curl: (6) Could not resolve host: example.com\nbash: line 4: jq: command not found\n"
+    assert environment_cause(output).startswith("the sandbox has no network: ")
     output = "bash: line 4: jq: command not found\ncurl: (6) Could not resolve host: example.com\n"
     assert environment_cause(output).startswith("the sandbox has no network: ")
 
@@ -295,13 +299,34 @@ def test_a_long_line_is_quoted_in_part_around_the_cause():
     assert quoted.startswith("…") and quoted.endswith("…")
 
 
-def test_explain_names_the_stage():
+def test_explain_names_the_stage_and_whose_failure_missing_network_is():
     output = "curl: (6) Could not resolve host: example.com\n"
     assert explain("solution", output) == (
-        "the reference solution failed on the environment: the sandbox has no network: "
-        "`curl: (6) Could not resolve host: example.com`"
+        "the reference solution needs network, which the task's sandbox does not have: the "
+        "task's failure, not an agent's: `curl: (6) Could not resolve host: example.com`"
+    )
+    assert explain("the check", output).startswith(
+        "the task's check needs network, which its sandbox does not have: the task's failure"
+    )
+    assert explain("the agent", output).startswith(
+        "the agent's command needs network, which this task's sandbox does not have: `curl"
     )
     assert explain("the setup script", output).startswith(
         "the setup script failed on the environment: "
     )
+    assert explain("agent", "bash: line 1: jq: command not found\n") == (
+        "the agent's command failed on the environment: the sandbox image lacks a tool: "
+        "`bash: line 1: jq: command not found`"
+    )
+
+
+def test_a_tool_missing_after_a_download_failed_on_the_network_is_the_network():
+    output = (
+        "curl: (6) Could not resolve host: astral.sh\n"
+        "/tests/test.sh: line 4: uvx: command not found\n"
+    )
+    assert environment_cause(output) == (
+        "the sandbox has no network: `curl: (6) Could not resolve host: astral.sh`"
+    )
+    assert "jq" in environment_cause("bash: jq: command not found\n")  # no network seen
     assert explain("verifier", PYTEST_FAILURE) == ""

@@ -124,11 +124,23 @@ def _quote(line: str, start: int) -> str:
 
 def environment_cause(text: str) -> str:
     """What in the sandbox explains this failed command's output, in words with the line that
-    shows it quoted, or "" when nothing does. The last such line in the output wins."""
-    if not text:
+    shows it quoted, or "" when nothing does (see `_cause`)."""
+    found = _cause(text)
+    if found is None:
         return ""
+    kind, quoted = found
+    return f"{kind}: `{quoted}`"
+
+
+def _cause(text: str) -> tuple[str, str] | None:
+    """(kind, quoted line) of what explains a failed command's output. The last such line in
+    the output wins, except that no network wins over a tool or module missing after it: a
+    download that could not connect leaves the tool it would have installed missing."""
+    if not text:
+        return None
     lines = _lines(text)
     connection_seen = False
+    network: tuple[str, str] | None = None
     found: tuple[str, str] | None = None
     for raw in lines:
         line = raw.strip()
@@ -151,10 +163,11 @@ def environment_cause(text: str) -> str:
             connection_seen = True
         if hit is not None:
             found = hit
-    if found is None:
-        return ""
-    kind, quoted = found
-    return f"{kind}: `{quoted}`"
+            if hit[0] == NO_NETWORK:
+                network = hit
+    if found is not None and network is not None and found[0] in (MISSING_TOOL, MISSING_MODULE):
+        return network
+    return found
 
 
 STAGES = {
@@ -169,10 +182,42 @@ STAGES = {
 }
 
 
+# Who a stage belongs to, for a failure on missing network: the task's own stages fail for
+# the task (its sandbox has the network the task gives it), the agent's for the agent.
+_PARTY = {
+    "environment": "setup",
+    "setup": "setup",
+    "solution": "solution",
+    "oracle": "solution",
+    "the reference solution": "solution",
+    "agent": "agent",
+    "work": "agent",
+    "the agent": "agent",
+    "verifier": "check",
+    "check": "check",
+    "the check": "check",
+}
+_NEEDS_NETWORK = {
+    "setup": "the task's setup needs network, which its sandbox does not have: the task's "
+    "failure, not the agent's",
+    "solution": "the reference solution needs network, which the task's sandbox does not "
+    "have: the task's failure, not an agent's",
+    "agent": "the agent's command needs network, which this task's sandbox does not have",
+    "check": "the task's check needs network, which its sandbox does not have: the task's "
+    "failure, not the agent's",
+}
+
+
 def explain(stage: str, text: str) -> str:
-    """'<stage> failed on the environment: <cause>' or "" when the output shows no environment
-    cause. `stage` is a stage key (environment, solution, agent, verifier, check) or words."""
-    cause = environment_cause(text)
-    if not cause:
+    """'<stage> failed on the environment: <cause>', or for missing network '<whose stage>
+    needs network ...: <line>', naming whose failure it is; "" when the output shows no
+    environment cause. `stage` is a stage key (environment, solution, agent, verifier, check)
+    or words."""
+    found = _cause(text)
+    if found is None:
         return ""
-    return f"{STAGES.get(stage, stage)} failed on the environment: {cause}"
+    kind, quoted = found
+    party = _PARTY.get(stage)
+    if kind == NO_NETWORK and party:
+        return f"{_NEEDS_NETWORK[party]}: `{quoted}`"
+    return f"{STAGES.get(stage, stage)} failed on the environment: {kind}: `{quoted}`"

@@ -491,9 +491,9 @@ def _refuse_separate_verifier(
     if "environment" in verifier:
         raise TaskInvalid(
             f"{section}.environment",
-            "[verifier.environment]: Harbor runs the verifier in a separate container of its own; "
-            "Boltz checks in "
-            "the attempt's container",
+            f"[{section}.environment]: Harbor runs the verifier in a separate container of its "
+            "own (built from tests/Dockerfile or its docker_image), with /logs/artifacts and the "
+            "task's artifacts copied in; Boltz runs the verifier in the attempt's container",
         )
     if "environment_mode" in verifier:
         mode = _string(verifier["environment_mode"], f"{section}.environment_mode").strip()
@@ -501,7 +501,8 @@ def _refuse_separate_verifier(
             raise TaskInvalid(
                 f"{section}.environment_mode",
                 "environment_mode = 'separate': Harbor runs the verifier in a separate "
-                "container; Boltz checks in the attempt's container",
+                "container (built from tests/Dockerfile), with /logs/artifacts and the task's "
+                "artifacts copied in; Boltz runs the verifier in the attempt's container",
             )
         if mode != "shared":
             raise TaskInvalid(
@@ -546,9 +547,10 @@ def _network_mode(table: dict, section: str) -> str | None:
         key = "network_mode" if mode == "allowlist" else "allowed_hosts"
         raise TaskInvalid(
             _dotted(section, key),
-            f"{key} = {table[key]!r}: Harbor lets the container reach only the allowed hosts; "
-            "Boltz gives a "
-            "container the whole network or none",
+            f"{key} = {table[key]!r}: Harbor lets the container reach only the allowed hosts "
+            "(through an egress proxy on Docker); Boltz cannot enforce an allow-list (a sandbox "
+            "gets Docker's network whole, or none), and the whole network would give the task "
+            "more than it asks",
         )
     return mode
 
@@ -571,8 +573,9 @@ def _phase_network(table: dict, section: str, network: bool) -> None:
         raise TaskInvalid(
             _dotted(section, "network_mode"),
             f"network_mode = {mode!r}: Harbor changes the network for the {section} phase "
-            f"only; Boltz gives the {section} the container's network "
-            f"({'public' if network else 'none'})",
+            "only, on providers that can change it while the container runs (its own Docker "
+            "environment refuses such a task too); Boltz gives the "
+            f"{section} the container's network ({'public' if network else 'none'})",
         )
 
 
