@@ -20,6 +20,15 @@ class CheckMode(models.TextChoices):
     IN_PLACE = "in_place", "in place: in the agent's own container"
 
 
+# Where a check ran: where its task's check mode says, or (a Harbor task's separate verifier)
+# in a container of the verifier's own image.
+SEPARATE_VERIFIER = "separate"
+CHECK_PLACES = [
+    *CheckMode.choices,
+    (SEPARATE_VERIFIER, "separate: the task's verifier image, with the agent's artifacts"),
+]
+
+
 class Layout(models.TextChoices):
     BOLTZ = "boltz", "Boltz: the repository in /workspace, hidden check files restored over it"
     HARBOR = "harbor", "Harbor: the image's working folder, /tests, /logs, /solution"
@@ -194,6 +203,22 @@ class Task(models.Model):
         default=b"",
         editable=False,
         help_text="A tar of the reference solution's folder, put at /solution for it.",
+    )
+    verifier_image = models.CharField(
+        max_length=300,
+        blank=True,
+        help_text="A separate verifier's image (Harbor's [verifier.environment]): the check "
+        "runs there, with the agent's artifacts copied in. Empty: where the check mode says.",
+    )
+    verifier_build_context = models.BinaryField(
+        blank=True, default=b"", editable=False, help_text="tests/ packed: its Dockerfile."
+    )
+    verifier_workdir = models.CharField(max_length=300, blank=True)
+    artifact_paths = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Paths of the agent's container a separate verifier gets, each at its own "
+        "path (with /logs/artifacts).",
     )
     healthcheck = models.JSONField(
         null=True,
@@ -632,7 +657,7 @@ class CheckResult(models.Model):
     passed = models.BooleanField()
     score = models.FloatField(null=True, blank=True, help_text="None: the check gave no score.")
     mode = models.CharField(
-        max_length=16, blank=True, choices=CheckMode.choices, help_text="Where the check ran."
+        max_length=16, blank=True, choices=CHECK_PLACES, help_text="Where the check ran."
     )
     summary = models.TextField(blank=True, help_text="What the outcome means, in words.")
     problem = models.TextField(

@@ -263,12 +263,57 @@ def test_ignored_listing_of_harmless_keys(tmp_path):
     assert spec.ignored == [
         "source: informational",
         "multi_step_reward_strategy: only applies to multi-step tasks ([[steps]])",
-        "artifacts: Boltz keeps the agent's changes and the check's output, "
-        "not extra files copied out of the container",
         "environment.gpu_types: no GPUs are requested (gpus is 0 or unset)",
         "environment.mcp_servers: empty",
+        "artifacts: the verifier runs in the agent's container, where they already are; "
+        "Boltz keeps the agent's changes and the check's output",
         "verifier.collect: empty",
     ]
+    assert spec.artifacts == ["/app/out.txt"] and spec.verifier_environment is None
+
+
+@pytest.mark.parametrize(
+    "toml, expected",
+    [
+        ('[verifier]\nenvironment_mode = "separate"', {"docker_image": "", "workdir": ""}),
+        (
+            '[verifier.environment]\ndocker_image = "grader:1"\nworkdir = "/grade"\ncpus = 2',
+            {"docker_image": "grader:1", "workdir": "/grade"},
+        ),
+    ],
+)
+def test_a_separate_verifier_is_read_as_harbor_resolves_its_mode(tmp_path, toml, expected):
+    spec = read_spec(
+        make_task(tmp_path, 'artifacts = ["/app/out.txt", {source = "/data"}]\n' + toml)
+    )
+    assert spec.verifier_environment == expected
+    assert spec.artifacts == ["/app/out.txt", "/data"]
+    assert not any(line.startswith("artifacts:") for line in spec.ignored)
+
+
+@pytest.mark.parametrize(
+    "toml, field, words",
+    [
+        (
+            '[verifier]\nenvironment_mode = "shared"\n[verifier.environment]\ncpus = 1',
+            "verifier.environment",
+            "Harbor refuses",
+        ),
+        (
+            'artifacts = ["out.txt"]\n[verifier]\nenvironment_mode = "separate"',
+            "artifacts[0]",
+            "absolute",
+        ),
+        (
+            '[verifier.environment]\nnetwork_mode = "public"\n[environment]\nallow_internet = false',
+            "verifier.environment.network_mode",
+            "the task's network",
+        ),
+    ],
+)
+def test_a_separate_verifier_harbor_or_boltz_would_not_run_is_refused(tmp_path, toml, field, words):
+    error = refused(tmp_path, toml + "\n")
+    assert error.field == field and words in error.message
 
 
 def test_docker_image_without_a_dockerfile_is_enough(tmp_path):
@@ -459,8 +504,6 @@ def test_a_step_harbor_would_not_run_is_refused_naming_it(tmp_path, extra, names
 @pytest.mark.parametrize(
     "toml, field, words",
     [
-        ('[verifier.environment]\ndocker_image = "grader:1"', "verifier.environment", "separate"),
-        ('[verifier]\nenvironment_mode = "separate"', "verifier.environment_mode", "separate"),
         (
             '[[verifier.collect]]\ncommand = "pg_dump > /logs/db.sql"',
             "verifier.collect",

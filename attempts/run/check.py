@@ -20,15 +20,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from django.conf import settings
 from django.db import transaction
 
 from attempts.core import runner_reach, stage_env
 from attempts.core.errors import DiskFull, InfrastructureError, SandboxGone
 from attempts.core.protected import Protection, ResetPlan, ancestors, reset_plan
+from attempts.core.task_view import TaskView
 from attempts.core.timeline import clip
 from attempts.exports.workspace import ChunkReader
 from attempts.models import (
     CHECK_MARGIN,
+    SEPARATE_VERIFIER,
     Attempt,
     CheckMode,
     CheckResult,
@@ -273,8 +276,13 @@ class Check:
         if self.requested_by:
             by = self.requested_by
             self.timeline.reviewer("recheck", by, f"re-check of the same files by {by}")
-        mode = CheckMode.IN_PLACE if self.task.checks_in_place else CheckMode.FRESH
+        if self.task.verifier_image:  # Harbor's separate verifier: a container of its own
+            mode = SEPARATE_VERIFIER
+        else:
+            mode = CheckMode.IN_PLACE if self.task.checks_in_place else CheckMode.FRESH
         try:
+            if mode == SEPARATE_VERIFIER:
+                return self._check_separate()
             if mode == CheckMode.IN_PLACE:
                 return self._check_in_place()
             return self._check_fresh()
@@ -302,6 +310,51 @@ class Check:
             if task.rebuild_command.strip():
                 self._rebuild(session, folder, listing)
             return self._run_check(session, changes.index_entries(listing), mode=CheckMode.FRESH)
+        finally:
+            session.remove()
+
+    def _check_separate(self) -> CheckResult:
+        """Harbor's separate verifier: every process of the agent's ended, what the task hands
+        over (/logs/artifacts and its artifact paths) copied out of the agent's container into
+        a new one from the verifier's image (its /tests, its working folder, its user), where
+        the verifier runs; the agent's container is left as it was."""
+        task, agent = self.task, self.agent
+        agent.halt()
+        spec = dataclasses.replace(
+            self.spec("check"), image=task.verifier_image, workdir=task.verifier_workdir or "/"
+        )
+        session = SandboxSession(self.attempt, Sandbox.create(spec), secrets=agent.secrets)
+        session.step_task = TaskView(task, workdir=spec.workdir, agent_user=task.check_user)
+        try:
+            verifier = harbor_layout.ids(session.run_as(task.check_user))
+            handed = self.trees.scratch / f"artifacts-{secrets.token_hex(4)}.tar"
+            with handed.open("wb") as out:
+                given, left = harbor_layout.artifacts_tar(
+                    agent,
+                    list(task.artifact_paths),
+                    owner=verifier,
+                    out=out,
+                    max_bytes=settings.BOLTZ_MAX_TREE_BYTES,
+                )
+            self.timeline.add(
+                EventKind.LIFECYCLE,
+                message=f"the verifier runs in a container of its own from {task.verifier_image}, "
+                f"as Harbor runs a separate verifier: handed {', '.join(given) or 'nothing'}"
+                + (f"; left out: {'; '.join(left[:5])}" if left else ""),
+                check_mode=SEPARATE_VERIFIER,
+                artifacts=given,
+                left_out=left[:50],
+            )
+            session.put_archive(
+                harbor_layout.folders_tar(
+                    {harbor_layout.LOGS: (0, 0), harbor_layout.VERIFIER_LOGS: verifier}
+                )
+            )
+            with handed.open("rb") as handle:
+                session.put_archive(handle)
+            handed.unlink()
+            session.start()
+            return self._run_check(session, {}, mode=SEPARATE_VERIFIER)
         finally:
             session.remove()
 
@@ -545,7 +598,7 @@ class Check:
         return repaired
 
     def _run_check(
-        self, session: SandboxSession, entries: dict[str, str], *, mode: CheckMode
+        self, session: SandboxSession, entries: dict[str, str], *, mode: str
     ) -> CheckResult:
         task = self.task
         folders = CheckFolders.new()
@@ -558,7 +611,9 @@ class Check:
             if mode == CheckMode.IN_PLACE and (harbor or task.allow_root)
             else None
         )
-        if harbor:  # Harbor's own folders, the image's HOME, the verifier as the task says
+        if mode == SEPARATE_VERIFIER:  # the verifier's own image: nothing of the agent's
+            reports = harbor_layout.VERIFIER_LOGS  # but what was handed over
+        elif harbor:  # Harbor's own folders, the image's HOME, the verifier as the task says
             self._reset_protected(session, entries, [])
             try:
                 harbor_layout.clear_for_check(session)
@@ -680,7 +735,7 @@ class Check:
         return blame
 
     def _save_check(
-        self, *, mode: CheckMode, run: CommandRun, score: scoring.Score, files=None
+        self, *, mode: str, run: CommandRun, score: scoring.Score, files=None
     ) -> CheckResult:
         requested_by = self.requested_by
         # What the check reports may quote what the agent made (a test's message, a file's

@@ -293,7 +293,15 @@ class AttemptRunner:
         """The task's image, built from its Dockerfile when this host has none yet; the
         build's latest line shows on the attempt's page while it runs."""
         task = self.task
-        if not task.build_context or image_exists(task.image_name):
+        missing = [
+            name
+            for name, context in (
+                (task.image_name, task.build_context),
+                (task.verifier_image, task.verifier_build_context),
+            )
+            if context and not image_exists(name)
+        ]
+        if not missing:
             return
         progress = self.timeline.add(
             EventKind.LIFECYCLE,

@@ -11,7 +11,9 @@ be cleared blocks the check, never passes it.
 from __future__ import annotations
 
 import io
+import posixpath
 import tarfile
+import tempfile
 
 from attempts.run.scoring import HARBOR_VERIFIER_DIR
 from attempts.run.session import CommandRun, SandboxSession
@@ -69,7 +71,8 @@ def prepare(session: SandboxSession) -> None:
     agent's, /logs/verifier the verifier's."""
     task = session.task
     agent = ids(session.run_as(task.agent_user))
-    verifier = ids(session.run_as(task.check_user))
+    # A separate verifier's user is its image's: here its folder is only the agent's to see.
+    verifier = agent if task.verifier_image else ids(session.run_as(task.check_user))
     session.put_archive(
         folders_tar(
             {
@@ -119,3 +122,63 @@ def clear_after_check(session: SandboxSession) -> None:
     )
     if run.result.timed_out or run.result.exit_code != 0:
         raise LayoutBlocked(f"/tests could not be removed: {run.text().strip()[:300]}", run)
+
+
+# --- a separate verifier's container -----------------------------------------------------------
+ARTIFACTS = f"{LOGS}/artifacts"
+
+
+def artifacts_tar(
+    agent: SandboxSession, paths: list[str], *, owner: tuple[int, int], out, max_bytes: int
+) -> tuple[list[str], list[str]]:
+    """What a separate verifier is handed, as Harbor hands it: /logs/artifacts and the task's
+    artifact paths, read out of the agent's container, each at its own absolute path, owned by
+    `owner`, written as one tar to `out`. Only files and folders cross (a link the agent made
+    could otherwise point the verifier's own files elsewhere), within `max_bytes` in all.
+    Returns (what was handed over, what was left out and why)."""
+    handed, left = [], []
+    total = 0
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for path in [ARTIFACTS, *paths]:
+            stream = agent.get_archive(path)
+            if stream is None:
+                left.append(f"{path}: not in the agent's container")
+                continue
+            with tempfile.TemporaryFile() as spool:
+                for chunk in stream:
+                    spool.write(chunk)
+                    if spool.tell() > max_bytes - total + (1 << 20):  # tar headers aside
+                        break
+                else:
+                    spool.seek(0)
+                    total = _rebase(tar, spool, path, owner, total, max_bytes, left)
+                    handed.append(path)
+                    continue
+            left.append(f"{path}: past {max_bytes} bytes in all")
+    return handed, left
+
+
+def _rebase(tar, spool, path: str, owner, total: int, max_bytes: int, left: list[str]) -> int:
+    """The files and folders of one path's tar (`spool`) added to `tar` at their absolute
+    paths; the bytes handed over so far."""
+    parent = posixpath.dirname(path.rstrip("/")).lstrip("/")
+    with tarfile.open(fileobj=spool) as source:
+        for member in source:
+            name = posixpath.normpath(member.name)
+            if name.startswith("..") or name.startswith("/"):
+                left.append(f"{member.name}: outside {path}")
+                continue
+            if not (member.isfile() or member.isdir()):
+                left.append(f"{posixpath.join('/', parent, name)}: not a file or folder")
+                continue
+            total += member.size
+            if total > max_bytes:
+                left.append(f"{path}: past {max_bytes} bytes in all")
+                break
+            data = source.extractfile(member) if member.isfile() else None
+            member.name = posixpath.join(parent, name)
+            member.uid, member.gid = owner
+            member.uname = member.gname = ""
+            member.mode &= 0o777  # no setuid bits cross
+            tar.addfile(member, data)
+    return total

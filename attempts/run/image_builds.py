@@ -86,8 +86,15 @@ def ensure_task_image(task: Task, *, progress: Callable[[str], None] | None = No
     """Make sure this host has the task's image, building it from the task's Dockerfile when
     it has one; True when it was built now. A failed build is kept in the task's build log and
     raises TaskInvalid with the build's last lines."""
+    built = False
+    if task.verifier_build_context:  # a separate verifier's image, from tests/Dockerfile
+        try:
+            _tag, verifier_log = build(bytes(task.verifier_build_context), progress=progress)
+        except ImageBuildFailed as exc:
+            raise TaskInvalid("tests/Dockerfile", failure_text(exc)) from None
+        built = bool(verifier_log)
     if not task.build_context:
-        return False
+        return built
     try:
         _tag, log = build(bytes(task.build_context), progress=progress)
     except ImageBuildFailed as exc:
@@ -95,7 +102,7 @@ def ensure_task_image(task: Task, *, progress: Callable[[str], None] | None = No
         raise TaskInvalid("environment", failure_text(exc)) from None
     if log:
         Task.objects.filter(pk=task.pk).update(build_log=log)
-    return bool(log)
+    return built or bool(log)
 
 
 class LocalDocker:

@@ -18,34 +18,34 @@ import io
 import tarfile
 
 from attempts.core.errors import TaskInvalid
+from attempts.core.task_view import TaskView
 from attempts.models import CheckResult, EventKind, Status, TaskStep
 from attempts.run import harbor_layout
 from attempts.run.healthcheck import wait_healthy
 from attempts.run.session import CommandRun
 
 
-class StepTask:
+class StepTask(TaskView):
     """A multi-step task as one of its steps sees it: the step's instruction, tests, solution,
     time limits, users and verifier settings over the task's; everything else the task's."""
 
     def __init__(self, task, step: TaskStep):
-        self._task = task
-        self.step = step
-        self.step_name = step.name
-        self.instruction = step.instruction
-        self.check_files = bytes(step.check_files)
-        self.solution_files = bytes(step.solution_files)
-        self.agent_timeout = step.agent_timeout
-        self.check_timeout = step.check_timeout
-        self.agent_user = step.agent_user or task.agent_user
-        self.solution_user = step.agent_user or task.solution_user or task.agent_user
-        self.check_user = step.check_user or task.check_user
         stage_env = dict(task.stage_env or {})
         stage_env["verifier"] = {**(stage_env.get("verifier") or {}), **(step.verifier_env or {})}
-        self.stage_env = stage_env
-
-    def __getattr__(self, name):
-        return getattr(self._task, name)
+        super().__init__(
+            task,
+            step=step,
+            step_name=step.name,
+            instruction=step.instruction,
+            check_files=bytes(step.check_files),
+            solution_files=bytes(step.solution_files),
+            agent_timeout=step.agent_timeout,
+            check_timeout=step.check_timeout,
+            agent_user=step.agent_user or task.agent_user,
+            solution_user=step.agent_user or task.solution_user or task.agent_user,
+            check_user=step.check_user or task.check_user,
+            stage_env=stage_env,
+        )
 
 
 def step_rewards(result: CheckResult | None) -> dict[str, float] | None:

@@ -75,7 +75,7 @@ def task_values(
         instruction = read_text_file(path / "instruction.md", "instruction.md").strip()
         if not instruction:
             raise TaskInvalid("instruction.md", "is empty")
-        if not (path / "tests" / "test.sh").is_file():
+        if not (path / "tests" / "test.sh").is_file() and spec.verifier_environment is None:
             raise TaskInvalid("tests/test.sh", "missing: it is the task's verifier")
     if spec.network and not settings.BOLTZ_ALLOW_NETWORK_TASKS:
         raise TaskInvalid(
@@ -199,15 +199,7 @@ def _environment(path, spec: HarborSpec, slug, image, build, base_images, progre
         name = _prebuilt(docker, spec.docker_image, mapping, notes)
         values["build_log"] = ""
     else:
-        context, mapped = task_images.pack_context(path / "environment", mapping=mapping)
-        notes.extend(f"base image mapped: {line}" for line in mapped)
-        for standin in sorted({line.rpartition(" -> ")[2] for line in mapped}):
-            _require_plain_standin(docker, standin)
-        try:
-            name, log = docker.build(context, progress=progress)
-        except ImageBuildFailed as exc:
-            raise TaskInvalid("environment/Dockerfile", task_images.failure_text(exc)) from None
-        notes.append(f"image: {name} (built from environment/Dockerfile)")
+        name, context, log = _build(docker, path / "environment", mapping, progress, notes)
         values["build_context"] = context
         if log:  # built now; else the host had it, and the task keeps its last build's log
             values["build_log"] = log
@@ -231,7 +223,54 @@ def _environment(path, spec: HarborSpec, slug, image, build, base_images, progre
         check_user=spec.verifier_user or image_user,
     )
     values.update(docker.workdir_base(name, workdir, f"{slug}-{_digest(str(path.resolve()))}"))
+    if spec.verifier_environment is not None:
+        values.update(_separate_verifier(docker, path, spec, mapping, progress, notes))
     return values
+
+
+def _build(docker, folder: Path, mapping, progress, notes: list[str]) -> tuple[str, bytes, str]:
+    """Build `folder`'s Dockerfile with its bases mapped: (image, context, build log)."""
+    where = f"{folder.name}/Dockerfile"
+    context, mapped = task_images.pack_context(folder, mapping=mapping)
+    notes.extend(f"base image mapped: {line}" for line in mapped)
+    for standin in sorted({line.rpartition(" -> ")[2] for line in mapped}):
+        _require_plain_standin(docker, standin)
+    try:
+        name, log = docker.build(context, progress=progress)
+    except ImageBuildFailed as exc:
+        raise TaskInvalid(where, task_images.failure_text(exc)) from None
+    notes.append(f"image: {name} (built from {where})")
+    return name, context, log
+
+
+def _separate_verifier(docker, path: Path, spec: HarborSpec, mapping, progress, notes) -> dict:
+    """A separate verifier's image (its docker_image, else tests/Dockerfile built, holding
+    /tests as Harbor expects), working folder and user; the artifacts it is handed."""
+    table = spec.verifier_environment or {}
+    context = b""
+    if table.get("docker_image"):
+        name = _prebuilt(docker, table["docker_image"], mapping, notes)
+    elif (path / "tests" / "Dockerfile").is_file():
+        name, context, _log = _build(docker, path / "tests", mapping, progress, notes)
+    else:
+        raise TaskInvalid(
+            "tests/Dockerfile",
+            "missing: Harbor builds a separate verifier's image from tests/ (or its "
+            "[verifier.environment] docker_image), with /tests/test.sh in it",
+        )
+    config = docker.image_config(name) or {}
+    notes.append(
+        "the verifier runs in a container of its own from "
+        f"{name}, given /logs/artifacts" + "".join(f", {p}" for p in spec.artifacts)
+    )
+    return {
+        "verifier_image": name,
+        "verifier_build_context": context,
+        "verifier_workdir": table.get("workdir") or config.get("workdir") or "/",
+        "check_user": spec.verifier_user or config.get("user") or "root",
+        "check_files": b"",  # in the verifier's image, as Harbor has it: never uploaded
+        "artifact_paths": spec.artifacts,
+    }
 
 
 def _prebuilt(docker, named: str, mapping: dict[str, str], notes: list[str]) -> str:

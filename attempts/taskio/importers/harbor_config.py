@@ -15,7 +15,7 @@ skills_dir, mcp_servers) and AlienKevin/sprint @ 49e3cd77 (schema 1.4: os, workd
 
     version | schema_version      str, informational ("1.0" ... "1.4")
     source                        str, informational
-    artifacts                     list, ignored: files Harbor copies out after the run
+    artifacts                     paths a separate verifier gets from the agent's container
     multi_step_reward_strategy    "mean" (default) or "final": a multi-step task's reward
     [[steps]]                     name, min_reward (a number, or {metric: number}), [steps.agent]
                                   timeout_sec / user, [steps.verifier] timeout_sec / user / env,
@@ -26,7 +26,8 @@ skills_dir, mcp_servers) and AlienKevin/sprint @ 49e3cd77 (schema 1.4: os, workd
     [agent]     timeout_sec (600; schema >= 1.2 leaves it unset = no limit), user,
                 network_mode / allowed_hosts (phase override of [environment]'s network)
     [verifier]  timeout_sec (600), env, user, network_mode / allowed_hosts, environment_mode
-                ("shared" | "separate"), [verifier.environment], [[verifier.collect]]
+                ("shared" | "separate"), [verifier.environment] (a separate verifier's
+                container: docker_image, else tests/Dockerfile built; workdir), [[verifier.collect]]
     [solution]  env (the oracle runs solution/solve.sh as an agent: agent timeout and user)
     [environment]
                 build_timeout_sec (600), docker_image, os ("linux" | "windows"), cpus (1),
@@ -142,6 +143,9 @@ class HarborSpec:
     env: dict[str, dict[str, str]]  # {"environment": ..., "verifier": ..., "solution": ...}
     ignored: list[str] = field(default_factory=list)  # "key: why it is not used"
     healthcheck: dict | None = None  # [environment.healthcheck], as healthcheck() reads it
+    # A separate verifier's container ({docker_image, workdir}); None: the verifier is shared.
+    verifier_environment: dict | None = None
+    artifacts: list[str] = field(default_factory=list)  # what a separate verifier gets
     steps: list[StepSpec] = field(default_factory=list)  # a multi-step task's, in order
     step_rewards: str = ""  # "mean" or "final" for a multi-step task
 
@@ -179,15 +183,6 @@ def read_spec(folder: Path) -> HarborSpec:
         for key in ("multi_step_reward_strategy", "multi_step_reward_mode"):
             if key in config:
                 ignored.append(f"{key}: only applies to multi-step tasks ([[steps]])")
-    if "artifacts" in config:
-        if not isinstance(config["artifacts"], list):
-            raise TaskInvalid("artifacts", "expected a list of paths or artifact tables")
-        if config["artifacts"]:
-            ignored.append(
-                "artifacts: Boltz keeps the agent's changes and the check's output, "
-                "not extra files copied out of the container"
-            )
-
     task = _table(config, "task")
     _unknown(task, _TASK_KEYS, "task")
     metadata = _table(config, "metadata")
@@ -209,7 +204,19 @@ def read_spec(folder: Path) -> HarborSpec:
             ignored.append(f"metadata.{key}: {INFORMATIONAL}")
 
     _refuse_unsupported_environment(folder, environment, ignored)
-    _refuse_separate_verifier(verifier, ignored)
+    separate = _verifier_mode(verifier, "verifier") == "separate"
+    verifier_environment = _separate_verifier(verifier, environment, ignored) if separate else None
+    if separate and "steps" in config:
+        raise TaskInvalid(
+            "verifier.environment_mode",
+            "a separate verifier for a multi-step task: Harbor builds one per step from "
+            "steps/<name>/tests/; Boltz runs a multi-step task's verifiers in its container",
+        )
+    artifacts = _artifacts(config, separate, ignored)
+    _refuse_separate_verifier(
+        {k: v for k, v in verifier.items() if k not in ("environment", "environment_mode")},
+        ignored,
+    )
     network = _network(environment, "environment", ignored)
     for section, table in (("agent", agent), ("verifier", verifier)):
         _phase_network(table, section, network)
@@ -253,6 +260,8 @@ def read_spec(folder: Path) -> HarborSpec:
         },
         ignored=ignored,
         healthcheck=healthcheck(environment, "environment"),
+        verifier_environment=verifier_environment,
+        artifacts=artifacts,
         steps=steps,
         step_rewards=_step_rewards(config) if steps else "",
     )
@@ -483,6 +492,89 @@ def _refuse_unsupported_environment(folder: Path, environment: dict, ignored: li
         )
     if "skills_dir" in environment:
         ignored.append("environment.skills_dir: empty")
+
+
+def _verifier_mode(verifier: dict, section: str) -> str:
+    """Harbor's verifier mode: "shared" (in the agent's container) or "separate" (a container
+    of its own), from environment_mode and [verifier.environment] as Harbor resolves them."""
+    mode = ""
+    if "environment_mode" in verifier:
+        mode = _string(verifier["environment_mode"], f"{section}.environment_mode").strip()
+        if mode not in ("shared", "separate"):
+            raise TaskInvalid(
+                f"{section}.environment_mode", f"{mode!r}: expected 'shared' or 'separate'"
+            )
+    if "environment" in verifier:
+        _table(verifier, "environment", section)
+        if mode == "shared":
+            raise TaskInvalid(
+                f"{section}.environment",
+                "environment_mode = 'shared' with a [verifier.environment]: Harbor refuses "
+                "this task (a shared verifier runs in the agent's environment)",
+            )
+        return "separate"
+    return mode or "shared"
+
+
+def _separate_verifier(verifier: dict, environment: dict, ignored: list[str]) -> dict:
+    """A separate verifier's environment: its docker_image (else tests/Dockerfile is built),
+    workdir and network; the rest of [verifier.environment] (limits, env) as the task's."""
+    table = _table(verifier, "environment", "verifier") if "environment" in verifier else {}
+    _unknown(table, _ENVIRONMENT_KEYS, "verifier.environment")
+    for key in table:
+        if key not in ("docker_image", "workdir", "network_mode", "allow_internet"):
+            ignored.append(
+                f"verifier.environment.{key}: the verifier's container gets the task's "
+                "limits and environment settings"
+            )
+    if table:
+        baseline = _network(environment, "environment", [])
+        if _network(table, "verifier.environment", ignored) != baseline:
+            raise TaskInvalid(
+                "verifier.environment.network_mode",
+                "a network for the verifier's container other than the agent's: Boltz gives "
+                "both containers the task's network",
+            )
+    workdir = _optional_string(table, "workdir", "verifier.environment")
+    if workdir and not workdir.startswith("/"):
+        raise TaskInvalid("verifier.environment.workdir", f"{workdir!r}: expected an absolute path")
+    return {
+        "docker_image": _optional_string(table, "docker_image", "verifier.environment"),
+        "workdir": workdir,
+    }
+
+
+def _artifacts(config: dict, separate: bool, ignored: list[str]) -> list[str]:
+    """The top-level `artifacts`: paths in the agent's container a separate verifier gets (each
+    at its own absolute path, as Harbor copies them). A shared verifier sees them in place."""
+    if "artifacts" not in config:
+        return []
+    entries = config["artifacts"]
+    if not isinstance(entries, list):
+        raise TaskInvalid("artifacts", "expected a list of paths or artifact tables")
+    paths: list[str] = []
+    for i, entry in enumerate(entries):
+        where = f"artifacts[{i}]"
+        if isinstance(entry, dict):
+            if entry.get("service"):
+                raise TaskInvalid(
+                    f"{where}.service",
+                    "an artifact of a Compose service: Boltz runs one container per attempt",
+                )
+            source = _string(entry.get("source", ""), f"{where}.source").strip()
+        else:
+            source = _string(entry, where).strip()
+        if not source.startswith("/") or ".." in source.split("/") or not source.strip("/"):
+            raise TaskInvalid(
+                where, f"{source!r}: expected an absolute path without '..', other than /"
+            )
+        paths.append(source.rstrip("/") or "/")
+    if paths and not separate:
+        ignored.append(
+            "artifacts: the verifier runs in the agent's container, where they already are; "
+            "Boltz keeps the agent's changes and the check's output"
+        )
+    return paths
 
 
 def _refuse_separate_verifier(
