@@ -78,3 +78,22 @@ def test_the_verifier_runs_apart_with_the_artifacts_only_and_a_link_never_crosse
     # The verifier's containers are gone; the agent's is kept for review.
     for attempt in (reference, noop, cheater):
         assert [c["labels"]["boltz.role"] for c in containers_of(attempt.pk)] == ["agent"]
+
+
+@pytest.mark.worker
+def test_an_api_sandbox_checks_with_the_separate_verifier_and_goes_on_working(
+    web, worker, docker_ready
+):
+    from tests.conftest import sdk_client
+
+    run_import(GRADER)
+    with sdk_client(web, "separate-api") as client:
+        sandbox = client.sandbox(task="separate-grader")
+        try:
+            assert not sandbox.check().passed  # nothing written yet
+            sandbox.files.write("out.txt", b"ready\n")
+            check = sandbox.check()
+            assert check.passed and check.reward == {"reward": 1.0}
+            assert sandbox.exec("cat out.txt").stdout == "ready\n"  # its sandbox goes on
+        finally:
+            sandbox.close()

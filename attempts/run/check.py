@@ -317,7 +317,8 @@ class Check:
         """Harbor's separate verifier: every process of the agent's ended, what the task hands
         over (/logs/artifacts and its artifact paths) copied out of the agent's container into
         a new one from the verifier's image (its /tests, its working folder, its user), where
-        the verifier runs; the agent's container is left as it was."""
+        the verifier runs; the agent's container is left with its files as they were (started
+        again, as an in-place check leaves it, for an API client's next command)."""
         task, agent = self.task, self.agent
         agent.halt()
         spec = dataclasses.replace(
@@ -357,6 +358,7 @@ class Check:
             return self._run_check(session, {}, mode=SEPARATE_VERIFIER)
         finally:
             session.remove()
+            agent.start()  # as an in-place check leaves it: its processes ended, its files kept
 
     def _fresh_session(self, role: str) -> SandboxSession:
         return SandboxSession(
