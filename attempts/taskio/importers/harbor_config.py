@@ -230,9 +230,7 @@ def read_spec(folder: Path) -> HarborSpec:
             "neither docker_image nor environment/Dockerfile: Harbor needs one of the two "
             "(a prebuilt image, or a Dockerfile to build)",
         )
-    workdir = _optional_string(environment, "workdir", "environment")
-    if workdir and not workdir.startswith("/"):
-        raise TaskInvalid("environment.workdir", f"{workdir!r}: expected an absolute path")
+    workdir = _workdir(environment, "environment")
     verifier_timeout = _positive(verifier, "timeout_sec", "verifier", DEFAULT_TIMEOUT)
     steps = _steps(config, folder, network, agent_timeout, verifier_timeout, ignored)
 
@@ -385,6 +383,14 @@ def _optional_storage(environment: dict) -> int | None:
     return _size_mb(environment, "storage", "environment", 0) * MIB
 
 
+def _workdir(table: dict, section: str) -> str:
+    """A `workdir`: an absolute path, or "" (the image's WORKDIR)."""
+    workdir = _optional_string(table, "workdir", section)
+    if workdir and not workdir.startswith("/"):
+        raise TaskInvalid(_dotted(section, "workdir"), f"{workdir!r}: expected an absolute path")
+    return workdir
+
+
 def _user(table: dict, section: str) -> str:
     """Harbor's `user`: a user name or a UID; unset = the image's USER."""
     if "user" not in table:
@@ -535,9 +541,7 @@ def _separate_verifier(verifier: dict, environment: dict, ignored: list[str]) ->
                 "a network for the verifier's container other than the agent's: Boltz gives "
                 "both containers the task's network",
             )
-    workdir = _optional_string(table, "workdir", "verifier.environment")
-    if workdir and not workdir.startswith("/"):
-        raise TaskInvalid("verifier.environment.workdir", f"{workdir!r}: expected an absolute path")
+    workdir = _workdir(table, "verifier.environment")
     return {
         "docker_image": _optional_string(table, "docker_image", "verifier.environment"),
         "workdir": workdir,
