@@ -41,7 +41,7 @@ def test_the_import_builds_the_verifiers_image_from_tests(docker_ready):
 
 @pytest.mark.worker
 def test_the_verifier_runs_apart_with_the_artifacts_only_and_a_link_never_crosses(
-    worker, docker_ready
+    worker, docker_ready, admin_client
 ):
     run_import(GRADER)
     task = Task.objects.get(slug="separate-grader")
@@ -68,6 +68,8 @@ def test_the_verifier_runs_apart_with_the_artifacts_only_and_a_link_never_crosse
     assert "summary: wrote out.txt" in check.output
     assert handover(reference)["artifacts"] == ["/logs/artifacts", "/app/out.txt"]
     assert "b/out.txt" in reference.diff  # the agent's changes are recorded as ever
+    page = admin_client.get(f"/attempts/{reference.pk}/").content.decode()
+    assert "(checked in the verifier's own container)" in page
 
     assert noop.outcome == Outcome.FAILED and noop.checks.get().score == 0.0
     assert "/app/out.txt: not in the agent's container" in handover(noop)["left_out"]
