@@ -132,6 +132,26 @@ def test_a_partial_agent_scores_the_mean_or_the_final_step_as_harbor_computes(
     assert last.score == 0.0
 
 
+@pytest.mark.worker
+def test_an_agent_that_breaks_the_next_steps_setup_gets_a_0_for_it_not_a_mean_of_its_passes(
+    worker, docker_ready
+):
+    """Harbor leaves a step without a reward out of the mean: an agent that passes step 1 and
+    then makes step 2's setup.sh fail would score 1. In Boltz that step counts 0."""
+    run_import(STEPS)
+    task = Task.objects.get(slug="greet-steps")
+    (saboteur,) = wait_finished(
+        [attempt_create(task=task, agent="command", command=f"{HALFWAY}; mkdir -p setup.log")],
+        timeout=180,
+    )
+    final = saboteur.checks.get(step="")
+    assert (final.score, final.passed) == (0.5, False)
+    assert "step implement: no reward, counted 0 (step implement: the task's setup.sh exited" in (
+        final.output
+    )
+    assert saboteur.outcome == Outcome.FAILED and saboteur.score == 0.5
+
+
 def test_api_sandboxes_pools_and_rechecks_say_a_multi_step_task_runs_as_an_attempt(docker_ready):
     from django.contrib.auth import get_user_model
 
@@ -157,6 +177,12 @@ def test_the_mean_counts_a_missing_metric_as_0_and_skips_steps_without_rewards()
     assert combine([{"reward": 1.0}, None], "final") is None  # the last that ran gave none
     assert combine([None], "mean") is None
     assert headline({"style": 0.25, "speed": 0.75}) == 0.5 and headline({"reward": 0.2}) == 0.2
+
+
+def test_a_step_left_without_a_reward_counts_0():
+    from attempts.run.steps import step_rewards
+
+    assert step_rewards(None) == {"reward": 0.0}
 
 
 def test_min_reward_stops_below_it_and_on_a_metric_the_step_did_not_write():

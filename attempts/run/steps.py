@@ -5,11 +5,13 @@ process of the agent's, and runs the step's verifier in place (the task's tests/
 own over them, at /tests; /logs/verifier emptied). Each step's check is kept with its name.
 
 A step ends the attempt early where Harbor's would: its reward below its `min_reward` (a metric
-it did not write counts as below), or a failure that left it without a reward (its setup.sh
-failed, or its verifier wrote none). The attempt's reward is then Harbor's: the mean, metric by
-metric, of the steps that have a reward (a metric a step lacks counts 0), or with
-multi_step_reward_strategy = "final" the last step's that ran. It is kept as one more check
-of the attempt, with no step name; it passes only when every step ran and the reward is 1.
+it did not write counts as below), or a failure that left it without a reward (its setup.sh or
+healthcheck failed, or its verifier wrote none). The attempt's reward is then Harbor's: the
+mean, metric by metric, of the steps that ran (a metric a step lacks counts 0), or with
+multi_step_reward_strategy = "final" the last step's that ran; except that a step left without
+a reward counts 0 where Harbor leaves it out (see step_rewards). The first step's setup failing
+is the task's failure (no agent ran yet). The combined reward is kept as one more check of the
+attempt, with no step name; it passes only when every step ran and the reward is 1.
 """
 
 from __future__ import annotations
@@ -48,12 +50,14 @@ class StepTask(TaskView):
         )
 
 
-def step_rewards(result: CheckResult | None) -> dict[str, float] | None:
-    """A step's rewards as Harbor counts them: None where its verifier gave none (a verifier
-    error, or no check); a check Boltz failed for cause (tampering, contradicted reports)
-    counts 0 on every metric."""
+def step_rewards(result: CheckResult | None) -> dict[str, float]:
+    """A step's rewards. Harbor leaves a step with no reward (its verifier wrote none, or its
+    setup.sh or healthcheck failed after the agent's earlier steps) out of the mean; Boltz
+    counts it 0, as it counts a single verifier error 0: an agent that could break the next
+    step's setup or its verifier would otherwise keep only the steps it passed. A check Boltz
+    failed for cause (tampering, contradicted reports) counts 0 on every metric."""
     if result is None or result.verifier_error:
-        return None
+        return {"reward": 0.0}
     rewards = {k: float(v) for k, v in (result.reward or {}).items()}
     if not rewards:
         rewards = {"reward": float(result.score or 0.0)}
@@ -130,6 +134,8 @@ def run_steps(director) -> tuple[CommandRun | None, CheckResult]:
             director.task = session.step_task = view
             director.advance(Status.RUNNING, f"step {index} of {len(steps)}: {step.name}")
             failed = _put_step_files(director, step, view)
+            if failed and index == 1:  # before any agent ran: the task's own failure
+                raise TaskInvalid(f"steps.{step.name}", failed)
             if failed:
                 ran.append((step, None))
                 stopped = f"step {step.name}: {failed}"
@@ -141,9 +147,8 @@ def run_steps(director) -> tuple[CommandRun | None, CheckResult]:
             director.trees.record(session)  # what the step's verifier checks, and the diff so far
             result = director.check()
             ran.append((step, result))
-            rewards = step_rewards(result)
-            why = "its verifier wrote no reward" if rewards is None else ""
-            why = why or below_minimum(rewards, step.min_reward)
+            why = "its verifier wrote no reward" if result.verifier_error else ""
+            why = why or below_minimum(step_rewards(result), step.min_reward)
             if why and index < len(steps):
                 stopped = f"step {step.name}: {why}"
                 break
@@ -210,12 +215,16 @@ def _keep_combined(
     rewards = combine(per_step, task.step_rewards)
     lines = []
     for (step, result), got in zip(ran, per_step, strict=True):
-        said = ", ".join(f"{k} {v:g}" for k, v in got.items()) if got else "no reward"
+        said = ", ".join(f"{k} {v:g}" for k, v in got.items())
+        if result is None or result.verifier_error:
+            said = "no reward, counted 0"
         why = result.summary if result is not None else stopped
         lines.append(f"step {step.name}: {said} ({why})")
     lines += [f"step {s.name}: not run" for s in steps[len(ran) :]]
     how = "the last step's" if task.step_rewards == "final" else "the mean of the steps'"
-    every = len(ran) == len(steps) and all(r is not None for r in per_step)
+    every = len(ran) == len(steps) and all(
+        r is not None and not r.verifier_error for _, r in ran
+    )
     if rewards is None:
         summary = "verifier error: no step's verifier wrote a reward"
         score, passed = 0.0, False
