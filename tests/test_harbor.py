@@ -527,3 +527,11 @@ def test_a_healthcheck_runs_until_it_passes_before_the_agent_or_ends_it_as_the_t
         failed.failure_reason
     )
     assert "failed 5 time(s) in a row" in failed.failure_reason and not exec_ends(failed, "agent")
+
+
+def test_a_task_with_no_working_folder_is_refused_not_given_the_stand_ins(docker_ready, tmp_path):
+    task = tmp_path / "no-workdir"
+    shutil.copytree(HARBOR / "csv-sum", task)
+    (task / "environment" / "Dockerfile").write_text("FROM python:3.12-slim-bookworm\n")
+    out = refused(task)
+    assert "environment.workdir: the image has no WORKDIR and task.toml none" in out
