@@ -75,4 +75,3 @@ def test_what_cannot_be_honoured_here_is_refused_naming_the_feature(docker_ready
         (line,) = [x for x in lines if x.startswith("refused ") and f"/{folder}:" in x]
         assert f": {field}: " in line and words in line and "Harbor" in line, line
     assert f"0 created, 0 updated, {len(REFUSED)} refused" in out.getvalue()
-

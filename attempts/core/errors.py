@@ -41,6 +41,15 @@ class DiskFull(Exception):
         self.reason = reason
 
 
+class PathUnreadable(Exception):
+    """Docker could not read a path of a sandbox as a tree (a link that loops, a file where a
+    folder should be): what the sandbox's own user made there, never the infrastructure."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
 class TaskInvalid(Exception):
     """A task definition that cannot be run; `field` names what to fix."""
 

@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db import transaction
 
 from attempts.core import runner_reach, stage_env
-from attempts.core.errors import DiskFull, InfrastructureError, SandboxGone
+from attempts.core.errors import DiskFull, InfrastructureError, PathUnreadable, SandboxGone
 from attempts.core.protected import Protection, ResetPlan, ancestors, reset_plan
 from attempts.core.task_view import TaskView
 from attempts.core.timeline import clip
@@ -397,7 +397,10 @@ class Check:
             builder.halt()  # nothing it started goes on
             prefix = changes.archive_prefix(self.trees.workdir)
             carried, refused = 0, []
-            stream = builder.get_archive(self.trees.workdir)
+            try:
+                stream = builder.get_archive(self.trees.workdir)
+            except PathUnreadable as exc:
+                raise CheckBlocked(f"after the rebuild, {exc.reason}", run) from None
             if stream is None:
                 raise CheckBlocked(f"the rebuild removed {self.trees.workdir}", run)
             reader = io.BufferedReader(ChunkReader(stream), buffer_size=1 << 20)
@@ -519,7 +522,10 @@ class Check:
     def _tree_entries(self, session: SandboxSession, out=None) -> dict[str, str]:
         """The working folder's entries (path -> kind), read out of the container by Docker;
         the tar is also written to `out` when given."""
-        stream = session.get_archive(session.workdir)
+        try:
+            stream = session.get_archive(session.workdir)
+        except PathUnreadable as exc:  # what the agent made of its working folder
+            raise CheckBlocked(exc.reason, CommandRun.not_run(exc.reason)) from None
         if stream is None:
             return {}
         if out is not None:

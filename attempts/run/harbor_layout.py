@@ -15,6 +15,7 @@ import posixpath
 import tarfile
 import tempfile
 
+from attempts.core.errors import PathUnreadable
 from attempts.run.scoring import HARBOR_VERIFIER_DIR
 from attempts.run.session import CommandRun, SandboxSession
 
@@ -140,7 +141,11 @@ def artifacts_tar(
     total = 0
     with tarfile.open(fileobj=out, mode="w") as tar:
         for path in [ARTIFACTS, *paths]:
-            stream = agent.get_archive(path)
+            try:
+                stream = agent.get_archive(path)
+            except PathUnreadable as exc:  # what the agent made there
+                left.append(f"{path}: {exc.reason.removeprefix(path + ' ')}")
+                continue
             if stream is None:
                 left.append(f"{path}: not in the agent's container")
                 continue
@@ -175,10 +180,24 @@ def _rebase(tar, spool, path: str, owner, total: int, max_bytes: int, left: list
             if total > max_bytes:
                 left.append(f"{path}: past {max_bytes} bytes in all")
                 break
+            target = posixpath.join(parent, name)
+            if _verifiers_own(target):
+                left.append(f"/{target}: where the verifier's own files are")
+                continue
             data = source.extractfile(member) if member.isfile() else None
-            member.name = posixpath.join(parent, name)
+            member.name = target
+            member.pax_headers = {}  # else a long or non-ASCII name's old path is written back
             member.uid, member.gid = owner
             member.uname = member.gname = ""
             member.mode &= 0o777  # no setuid bits cross
             tar.addfile(member, data)
     return total
+
+
+def _verifiers_own(target: str) -> bool:
+    """A path (relative to /) where a separate verifier's own files are: its tests and the
+    folder its reward is read from. Nothing handed over may land there."""
+    return any(
+        target == own or target.startswith(own + "/")
+        for own in (VERIFIER_LOGS.lstrip("/"), TESTS.lstrip("/"))
+    )

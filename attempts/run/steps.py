@@ -112,6 +112,7 @@ def workdir_tar(files: bytes, workdir: str, owner: tuple[int, int]) -> bytes:
                 continue  # the working folder itself is the image's
             data = source.extractfile(member) if member.isfile() else None
             member.name = f"{prefix}/{rel}"
+            member.pax_headers = {}  # else a long or non-ASCII name's old path is written back
             member.uid, member.gid = owner
             member.uname = member.gname = ""
             tar.addfile(member, data)
@@ -222,9 +223,7 @@ def _keep_combined(
         lines.append(f"step {step.name}: {said} ({why})")
     lines += [f"step {s.name}: not run" for s in steps[len(ran) :]]
     how = "the last step's" if task.step_rewards == "final" else "the mean of the steps'"
-    every = len(ran) == len(steps) and all(
-        r is not None and not r.verifier_error for _, r in ran
-    )
+    every = len(ran) == len(steps) and all(r is not None and not r.verifier_error for _, r in ran)
     if rewards is None:
         summary = "verifier error: no step's verifier wrote a reward"
         score, passed = 0.0, False

@@ -16,7 +16,7 @@ from django.core.files import File
 from django.core.files.storage import default_storage
 
 from attempts.core import runner_reach
-from attempts.core.errors import InfrastructureError, TaskInvalid
+from attempts.core.errors import InfrastructureError, PathUnreadable, TaskInvalid
 from attempts.core.protected import Protection, task_protection
 from attempts.core.redaction import Redactor
 from attempts.exports.workspace import filter_workspace
@@ -99,7 +99,10 @@ class AttemptTrees:
         before anything of them is kept (changes.redact_tree)."""
         attempt, timeline = self.attempt, session.timeline
         self._forget_record()  # a multi-step task's steps each record what their verifier sees
-        stream = session.get_archive(self.workdir)
+        try:
+            stream = session.get_archive(self.workdir)
+        except PathUnreadable as exc:  # what the agent made of its working folder
+            raise ChangesUnavailable(exc.reason) from None
         if stream is None:
             raise ChangesUnavailable(f"{self.workdir} no longer exists in the sandbox")
         redactor = Redactor(session.secrets)  # the attempt's secrets leave no trace in the record

@@ -31,6 +31,7 @@ from attempts.core.errors import (
     DockerUnavailable,
     ImageBuildFailed,
     InfrastructureError,
+    PathUnreadable,
     SandboxGone,
 )
 from attempts.exports.workspace import SANDBOX_UID
@@ -53,6 +54,15 @@ TOOL_ENV = {"PATH": TOOLS_PATH}
 
 _client_lock = threading.Lock()
 _client: docker.DockerClient | None = None
+
+
+# What Docker says when a container's path cannot be read as a tree because of what is there
+# (a file system error on the path), as opposed to the daemon failing.
+_UNREADABLE = re.compile(
+    r"too many levels of symbolic links|too many links|not a directory|file name too long"
+    r"|no such file or directory",
+    re.IGNORECASE,
+)
 
 
 def _translate(exc: Exception) -> InfrastructureError | DiskFull:
@@ -685,18 +695,27 @@ class Sandbox:
 
     @docker_call
     def get_archive(self, path: str) -> Iterator[bytes] | None:
-        """The tar stream of `path` in the container, or None if it does not exist."""
+        """The tar stream of `path` in the container, or None if it does not exist.
+        PathUnreadable when what is there cannot be read as a tree (the sandbox's doing)."""
         try:
             stream, _stat = client().api.get_archive(self.id, path)
         except docker.errors.NotFound as exc:
             if "No such container" in str(exc):
                 raise SandboxGone(f"container {self.id[:12]} no longer exists") from None
             return None
+        except docker.errors.APIError as exc:
+            said = str(exc.explanation or exc)
+            if not _UNREADABLE.search(said):
+                raise
+            raise PathUnreadable(f"{path} cannot be read: {said[-300:]}") from None
         return stream
 
     def read_files(self, path: str, *, max_bytes: int) -> dict[str, bytes]:
         """Regular files under `path` (name relative to it -> content, each capped)."""
-        stream = self.get_archive(path)
+        try:
+            stream = self.get_archive(path)
+        except PathUnreadable:  # made so by the sandbox: read as not there
+            stream = None
         if stream is None:
             return {}
         buffer = io.BytesIO()

@@ -572,7 +572,17 @@ def _artifacts(config: dict, separate: bool, ignored: list[str]) -> list[str]:
             raise TaskInvalid(
                 where, f"{source!r}: expected an absolute path without '..', other than /"
             )
-        paths.append(source.rstrip("/") or "/")
+        path = source.rstrip("/")
+        if separate and any(
+            path == own or path.startswith(own + "/") or own.startswith(path + "/")
+            for own in ("/logs/verifier", "/tests")
+        ):
+            raise TaskInvalid(
+                where,
+                f"{source!r}: holds or is where the verifier's own files are (/tests, "
+                "/logs/verifier): a separate verifier is handed the agent's files, never those",
+            )
+        paths.append(path)
     if paths and not separate:
         ignored.append(
             "artifacts: the verifier runs in the agent's container, where they already are; "
