@@ -305,8 +305,14 @@ def test_explain_names_the_stage_and_whose_failure_missing_network_is():
         "the reference solution needs network, which the task's sandbox does not have: the "
         "task's failure, not an agent's: `curl: (6) Could not resolve host: example.com`"
     )
+    # A check's output holds the agent's code's too: whose need it is shows only where the
+    # task is known to pass its check without network.
     assert explain("the check", output).startswith(
-        "the task's check needs network, which its sandbox does not have: the task's failure"
+        "the check needs network, which its sandbox does not have (the task's verifier, or the "
+        "agent's code it ran)"
+    )
+    assert explain("the check of a valid task", output).startswith(
+        "the agent's code needs network, which this task's sandbox does not have"
     )
     assert explain("the agent", output).startswith(
         "the agent's command needs network, which this task's sandbox does not have: `curl"

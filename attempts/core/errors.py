@@ -42,8 +42,9 @@ class DiskFull(Exception):
 
 
 class PathUnreadable(Exception):
-    """Docker could not read a path of a sandbox as a tree (a link that loops, a file where a
-    folder should be): what the sandbox's own user made there, never the infrastructure."""
+    """Docker could not read a path of a sandbox as a tree, or start the container again over
+    its working folder (a link that loops, a file where a folder should be): what the
+    sandbox's own user made there, so the agent's failure, never the infrastructure."""
 
     def __init__(self, reason: str):
         super().__init__(reason)

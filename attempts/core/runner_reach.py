@@ -1145,6 +1145,18 @@ def scan_patch(
     return scan_lines(text_lines(patch_text), own_packages=own_packages, skip=skip)
 
 
+def scan_files(files: dict[str, bytes], *, own_packages: set[str] = frozenset()) -> list[Finding]:
+    """Findings of whole files (path -> bytes), read as if each were added by a patch."""
+    lines: list[str] = []
+    for path, data in files.items():
+        text = data.decode("utf-8", errors="replace")
+        body = list(text_lines(text))
+        name = path.lstrip("/")
+        lines += ["--- /dev/null\n", f"+++ b/{name}\n", f"@@ -0,0 +1,{len(body)} @@\n"]
+        lines += ["+" + line if line.endswith("\n") else f"+{line}\n" for line in body]
+    return scan_lines(lines, own_packages=set(own_packages))
+
+
 def text_lines(text: str) -> Iterator[str]:
     """The lines of a text as a patch has them: split at newlines only (a form feed or a
     line separator inside a line stays in it, as git and `git apply` read it)."""

@@ -9,11 +9,40 @@ from attempts.models import Attempt
 
 def attempt_budget(attempt: Attempt) -> float:
     """Seconds an attempt may take in all: every stage's limit (the agent's container's setup,
-    its work, the check's own steps: Task.check_limits) plus room for Docker itself."""
+    its health check, its work, the check's own steps: Task.check_limits; for a multi-step
+    task every step's) plus room for Docker itself."""
     task = attempt.task
+    ready = healthcheck_seconds(task.healthcheck)
+    if task.multi_step and attempt.origin != "api":
+        steps = sum(step_seconds(step, task) for step in task.steps.all())
+        return task.setup_timeout + ready + steps + settings.BOLTZ_DEADLINE_MARGIN
     # An API sandbox's work lasts as long as its client keeps it (up to its time to live).
     work = sandbox_ttl(attempt) if attempt.origin == "api" else task.agent_timeout
-    return task.setup_timeout + work + task.check_limits + settings.BOLTZ_DEADLINE_MARGIN
+    return task.setup_timeout + ready + work + task.check_limits + settings.BOLTZ_DEADLINE_MARGIN
+
+
+def step_seconds(step, task) -> float:
+    """One step's limits added up: its setup.sh (the step's agent limit bounds it), its
+    health check, its agent, the recording of its changes and its in-place check."""
+    setup = step.agent_timeout if step.workdir_files else 0.0
+    copying = 2 * task.setup_timeout  # recording, and saving the tree around the check
+    return (
+        setup
+        + healthcheck_seconds(step.healthcheck)
+        + step.agent_timeout
+        + copying
+        + step.check_timeout
+    )
+
+
+def healthcheck_seconds(check: dict | None) -> float:
+    """The longest a health check may take (attempts/run/healthcheck.py): its tries within
+    the start period, then `retries` failures in a row, each try up to its timeout."""
+    if not check:
+        return 0.0
+    period, timeout = check["start_period_sec"], check["timeout_sec"]
+    early = (period / check["start_interval_sec"] + 1) * timeout + period
+    return early + check["retries"] * (timeout + check["interval_sec"])
 
 
 def sandbox_ttl(attempt: Attempt) -> float:

@@ -286,10 +286,12 @@ class Check:
             if mode == CheckMode.IN_PLACE:
                 return self._check_in_place()
             return self._check_fresh()
-        except (CheckBlocked, DiskFull) as exc:
+        except (CheckBlocked, DiskFull, PathUnreadable) as exc:
             if isinstance(exc, DiskFull):
                 why = f"{CHECK_DISK_FULL}: {exc.reason}"
                 exc = CheckBlocked(why, CommandRun.not_run(why))
+            elif isinstance(exc, PathUnreadable):
+                exc = CheckBlocked(exc.reason, CommandRun.not_run(exc.reason))
             score = scoring.Score(False, 0.0, "exit_code", summary=exc.summary)
             return self._save_check(mode=mode, run=exc.run, score=score)
 
@@ -329,6 +331,7 @@ class Check:
         try:
             verifier = harbor_layout.ids(session.run_as(task.check_user))
             handed = self.trees.scratch / f"artifacts-{secrets.token_hex(4)}.tar"
+            texts: dict[str, bytes] = {}
             with handed.open("wb") as out:
                 given, left = harbor_layout.artifacts_tar(
                     agent,
@@ -336,7 +339,9 @@ class Check:
                     owner=verifier,
                     out=out,
                     max_bytes=settings.BOLTZ_MAX_TREE_BYTES,
+                    texts=texts,
                 )
+            self._scan_handed(texts)
             self.timeline.add(
                 EventKind.LIFECYCLE,
                 message=f"the verifier runs in a container of its own from {task.verifier_image}, "
@@ -358,7 +363,33 @@ class Check:
             return self._run_check(session, {}, mode=SEPARATE_VERIFIER)
         finally:
             session.remove()
-            agent.start()  # as an in-place check leaves it: its processes ended, its files kept
+            try:  # as an in-place check leaves it: its processes ended, its files kept
+                agent.start()
+            except (DiskFull, PathUnreadable) as exc:  # the agent's doing: its next use says so
+                self.timeline.add(
+                    EventKind.ERROR, actor="agent", message=f"after the check: {exc.reason}"
+                )
+
+    def _scan_handed(self, texts: dict[str, bytes]) -> None:
+        """What a separate verifier is handed is read as the working folder's changes are:
+        code in it that reaches into the test runner joins the attempt's tamper report, where
+        the check reads it (runner_reach.check_problem) as it does the working folder's."""
+        found = [f.as_dict() for f in runner_reach.scan_files(texts)]
+        if not found:
+            return
+        with transaction.atomic():
+            tamper = dict(
+                Attempt.objects.select_for_update()
+                .filter(pk=self.attempt.pk)
+                .values_list("tamper", flat=True)
+                .first()
+                or {}
+            )
+            seen = tamper.get("runner_access") or []
+            known = {(f.get("path"), f.get("line"), f.get("what")) for f in seen}
+            fresh = [f for f in found if (f["path"], f["line"], f["what"]) not in known]
+            tamper["runner_access"] = [*seen, *fresh][:200]
+            update_attempt(self.attempt, tamper=self.agent.redactor.data(tamper))
 
     def _fresh_session(self, role: str) -> SandboxSession:
         return SandboxSession(
@@ -498,7 +529,7 @@ class Check:
             )
         try:
             agent.start()  # DiskFull where the agent left its disk full (Check.run says so)
-        except DiskFull:
+        except (DiskFull, PathUnreadable):
             saved.unlink(missing_ok=True)
             raise
         try:

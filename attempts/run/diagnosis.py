@@ -196,6 +196,7 @@ _PARTY = {
     "verifier": "check",
     "check": "check",
     "the check": "check",
+    "the check of a valid task": "check of a valid task",
 }
 _NEEDS_NETWORK = {
     "setup": "the task's setup needs network, which its sandbox does not have: the task's "
@@ -203,8 +204,12 @@ _NEEDS_NETWORK = {
     "solution": "the reference solution needs network, which the task's sandbox does not "
     "have: the task's failure, not an agent's",
     "agent": "the agent's command needs network, which this task's sandbox does not have",
-    "check": "the task's check needs network, which its sandbox does not have: the task's "
-    "failure, not the agent's",
+    # A check's output holds what the agent's code printed too: whose need it is shows only
+    # where the task is known to pass its own check without network (its validation).
+    "check": "the check needs network, which its sandbox does not have (the task's verifier, "
+    "or the agent's code it ran)",
+    "check of a valid task": "the agent's code needs network, which this task's sandbox does "
+    "not have (the task's reference passes this check without it)",
 }
 
 

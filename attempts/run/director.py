@@ -37,6 +37,7 @@ from attempts.core.errors import (
     AttemptStopped,
     DiskFull,
     InfrastructureError,
+    PathUnreadable,
     SandboxGone,
     TaskInvalid,
 )
@@ -580,6 +581,7 @@ EXPECTED_ERRORS = (
     ChangesUnavailable,
     AttemptStopped,
     DiskFull,
+    PathUnreadable,
     InfrastructureError,
     TaskInvalid,
     SoftTimeLimitExceeded,
@@ -599,7 +601,7 @@ def outcome_of(
         return Outcome.FAILED, f"changes unavailable: {exc.reason}", 0.0
     if isinstance(exc, AttemptStopped):
         return Outcome.CANCELLED, exc.reason, None
-    if isinstance(exc, DiskFull):  # what the agent wrote keeps its sandbox from starting
+    if isinstance(exc, DiskFull | PathUnreadable):  # what the agent made of its sandbox
         return Outcome.FAILED, f"{stage}: {exc.reason}", 0.0
     if isinstance(exc, InfrastructureError):
         why = stopped()
@@ -637,14 +639,18 @@ def verdict_of(task, result: CheckResult) -> tuple[str, str]:
         return Outcome.FAILED, f"the check ran past its {task.check_timeout:g}s limit"
     if result.problem or result.summary.startswith(_CHECK_FAULTS):
         return Outcome.FAILED, result.summary
-    return Outcome.FAILED, check_cause(result.output)
+    return Outcome.FAILED, check_cause(
+        result.output, valid=task is not None and task.validation == "valid"
+    )
 
 
-def check_cause(output: str) -> str:
+def check_cause(output: str, *, valid: bool = False) -> str:
     """The environment cause of a failed check, in words, or "". A Python module missing
     under the check is most often the agent's own code (a module it broke or removed), so
-    only pytest itself missing is said to be the environment's."""
-    cause = diagnosis.explain("the check", output)
+    only pytest itself missing is said to be the environment's. Missing network is the
+    agent's code's where the task is `valid` (its reference passes this check), else either's:
+    the output holds what the agent's code printed as well as the verifier's."""
+    cause = diagnosis.explain("the check of a valid task" if valid else "the check", output)
     if diagnosis.MISSING_MODULE in cause and "pytest" not in cause:
         return ""
     return cause
@@ -727,12 +733,18 @@ def recheck(attempt_id: int, *, by: str) -> None:
         with scratch_folder(attempt) as scratch:
             runner.trees = AttemptTrees(attempt, scratch)
             runner.check(requested_by=by)
-    except (InfrastructureError, AttemptStopped, ChangesUnavailable, DiskFull) as exc:
+    except (
+        InfrastructureError,
+        AttemptStopped,
+        ChangesUnavailable,
+        DiskFull,
+        PathUnreadable,
+    ) as exc:
         reason = getattr(exc, "reason", str(exc))
         runner.timeline.add(
             EventKind.ERROR,
             message=f"re-check failed: {reason}",
-            infrastructure=not isinstance(exc, ChangesUnavailable | DiskFull),
+            infrastructure=not isinstance(exc, ChangesUnavailable | DiskFull | PathUnreadable),
         )
     except AttemptGone:
         return

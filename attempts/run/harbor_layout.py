@@ -16,6 +16,7 @@ import tarfile
 import tempfile
 
 from attempts.core.errors import PathUnreadable
+from attempts.core.protected import DEFAULT_PROTECTED, SHADOWED_MODULES, Protection
 from attempts.run.scoring import HARBOR_VERIFIER_DIR
 from attempts.run.session import CommandRun, SandboxSession
 
@@ -129,14 +130,31 @@ def clear_after_check(session: SandboxSession) -> None:
 ARTIFACTS = f"{LOGS}/artifacts"
 
 
+# What is never handed over, as an in-place check resets it in the working folder: what
+# pytest or Python reads before any test runs (conftest files, pytest's configuration, package
+# metadata, start-up hooks, compiled files, bytecode), and a module at the top of a handed
+# folder named like pytest, one of its dependencies or the standard library (a verifier that
+# runs pytest from there would import it instead).
+HANDOVER_PROTECTION = Protection(DEFAULT_PROTECTED, top_level_modules=SHADOWED_MODULES)
+SCANNED_BYTES = 1 << 20  # a handed-over file read for code that reaches into the test runner
+
+
 def artifacts_tar(
-    agent: SandboxSession, paths: list[str], *, owner: tuple[int, int], out, max_bytes: int
+    agent: SandboxSession,
+    paths: list[str],
+    *,
+    owner: tuple[int, int],
+    out,
+    max_bytes: int,
+    texts: dict[str, bytes] | None = None,
 ) -> tuple[list[str], list[str]]:
     """What a separate verifier is handed, as Harbor hands it: /logs/artifacts and the task's
     artifact paths, read out of the agent's container, each at its own absolute path, owned by
     `owner`, written as one tar to `out`. Only files and folders cross (a link the agent made
-    could otherwise point the verifier's own files elsewhere), within `max_bytes` in all.
-    Returns (what was handed over, what was left out and why)."""
+    could otherwise point the verifier's own files elsewhere), within `max_bytes` in all, and
+    none that HANDOVER_PROTECTION covers. Each file handed over (its first SCANNED_BYTES) is
+    put in `texts` (path -> bytes), for the runner-reach scan. Returns (what was handed over,
+    what was left out and why)."""
     handed, left = [], []
     total = 0
     with tarfile.open(fileobj=out, mode="w") as tar:
@@ -156,14 +174,16 @@ def artifacts_tar(
                         break
                 else:
                     spool.seek(0)
-                    total = _rebase(tar, spool, path, owner, total, max_bytes, left)
+                    total = _rebase(tar, spool, path, owner, total, max_bytes, left, texts)
                     handed.append(path)
                     continue
             left.append(f"{path}: past {max_bytes} bytes in all")
     return handed, left
 
 
-def _rebase(tar, spool, path: str, owner, total: int, max_bytes: int, left: list[str]) -> int:
+def _rebase(
+    tar, spool, path: str, owner, total: int, max_bytes: int, left: list[str], texts
+) -> int:
     """The files and folders of one path's tar (`spool`) added to `tar` at their absolute
     paths; the bytes handed over so far."""
     parent = posixpath.dirname(path.rstrip("/")).lstrip("/")
@@ -184,7 +204,15 @@ def _rebase(tar, spool, path: str, owner, total: int, max_bytes: int, left: list
             if _verifiers_own(target):
                 left.append(f"/{target}: where the verifier's own files are")
                 continue
+            # Within the handed folder (Docker's tar names it first), or the file itself.
+            inside = name.split("/", 1)[1] if "/" in name else name
+            if HANDOVER_PROTECTION.covers(inside) or HANDOVER_PROTECTION.covers(name):
+                left.append(f"/{target}: read by pytest or Python before any test")
+                continue
             data = source.extractfile(member) if member.isfile() else None
+            if data is not None and texts is not None:
+                texts[f"/{target}"] = data.read(SCANNED_BYTES)
+                data.seek(0)
             member.name = target
             member.pax_headers = {}  # else a long or non-ASCII name's old path is written back
             member.uid, member.gid = owner

@@ -26,6 +26,7 @@ from attempts.core.errors import (
     AttemptGone,
     DiskFull,
     InfrastructureError,
+    PathUnreadable,
     SandboxGone,
     TaskInvalid,
 )
@@ -185,6 +186,8 @@ def run_operation(attempt_id: int, request: p.Request) -> p.Answer:
             raise _file_refusal(exc) from None
         except ChangesUnavailable as exc:
             raise ChangesUnreadable(f"changes unavailable: {exc.reason}") from None
+        except PathUnreadable as exc:  # what the sandbox's commands made of its folder
+            raise ChangesUnreadable(exc.reason) from None
         except TaskInvalid as exc:  # the task's user is not (any more) in the sandbox's image
             raise TaskNotRunnable(f"{exc.field}: {exc.message}") from None
         except DiskFull as exc:

@@ -28,7 +28,7 @@ DOCKERFILE = "Dockerfile"
 MAX_CONTEXT_BYTES = 256 * 1024 * 1024
 LOG_KEPT_BYTES = 64 * 1024
 TAIL_LINES = 15
-_FROM = re.compile(r"^(\s*FROM\s+)((?:--\S+\s+)*)(\S+)(.*)$", re.IGNORECASE)
+_FROM = re.compile(r"^(\s*FROM\s+)((?:--\S+\s+)*)(\S+)(.*)$", re.IGNORECASE | re.DOTALL)
 
 
 def parse_mapping(entries: list[str] | str) -> dict[str, str]:
@@ -50,58 +50,125 @@ def base_mapping(extra: list[str] | None = None) -> dict[str, str]:
     return {**parse_mapping(settings.BOLTZ_BASE_IMAGES), **parse_mapping(extra or [])}
 
 
-_COPY_FROM = re.compile(r"^(\s*COPY\s+(?:--\S+\s+)*?--from=)(\S+)(.*)$", re.IGNORECASE)
+_COPY_FROM = re.compile(
+    r"^(\s*(?:ONBUILD\s+)?COPY\s+(?:--\S+\s+)*?--from=)(\S+)(.*)$", re.IGNORECASE | re.DOTALL
+)
+_ARG = re.compile(r"^\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(\S*))?\s*$", re.IGNORECASE)
+_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
+_ESCAPE = re.compile(r"^#\s*escape\s*=\s*(\S)\s*$", re.IGNORECASE)
 # What a mapped base is followed by: the registry images tasks start from run as root in /, and
 # a stand-in (made for something else) must not change who the task's image runs as or where.
 RESET_AFTER_STANDIN = ("USER root", "WORKDIR /")
 
 
+def instructions(dockerfile: str) -> list[tuple[list[str], str]]:
+    """The Dockerfile as Docker reads it: each instruction as (its physical lines, its text
+    with continuations joined: an escape character (`\\`, or the `# escape=` directive's)
+    at a line's end joins the next line, whose comment and empty lines are dropped)."""
+    lines = dockerfile.splitlines()
+    escape = "\\"
+    for line in lines:  # parser directives: only at the very top
+        found = _ESCAPE.match(line)
+        if found:
+            escape = found.group(1)
+            continue
+        if not line.startswith("#"):
+            break
+    out: list[tuple[list[str], str]] = []
+    physical: list[str] = []
+    joined = ""
+    for line in lines:
+        if physical and (not line.strip() or line.lstrip().startswith("#")):
+            physical.append(line)  # inside a continuation: dropped by Docker
+            continue
+        physical.append(line)
+        stripped = line.rstrip()
+        if stripped.endswith(escape):
+            joined += stripped[: -len(escape)]
+            continue
+        out.append((physical, joined + line))
+        physical, joined = [], ""
+    if physical:
+        out.append((physical, joined))
+    return out
+
+
+def _global_args(dockerfile: str) -> dict[str, str]:
+    """The ARGs before the first FROM, with their defaults (Boltz passes no build args)."""
+    args: dict[str, str] = {}
+    for _lines, text in instructions(dockerfile):
+        if _FROM.match(text):
+            break
+        found = _ARG.match(text)
+        if found:
+            args[found.group(1)] = found.group(2) or ""
+    return args
+
+
+def _expand(image: str, args: dict[str, str]) -> str:
+    """An image reference with the global ARGs' defaults put in, as Docker expands FROM."""
+
+    def value(match: re.Match) -> str:
+        name = match.group(1) or match.group(3)
+        return args.get(name) or (match.group(2) or "")
+
+    return _VARIABLE.sub(value, image)
+
+
 def rewrite_from(dockerfile: str, mapping: dict[str, str]) -> tuple[str, list[str]]:
-    """The Dockerfile with its base images mapped to local ones, and what was mapped. A `FROM`
-    is mapped by its name or by `*`; a `COPY --from=IMAGE` by its name only (`*` stands in for
-    a base, not for the files of another image). A stage name (`FROM base AS x`, then `FROM x`
-    or `COPY --from=x`), a stage number and `scratch` are never mapped. A mapped `FROM` is
-    followed by RESET_AFTER_STANDIN, whatever user and working folder the stand-in has."""
+    """The Dockerfile with its base images mapped to local ones, and what was mapped, read
+    instruction by instruction as Docker reads it (continuations joined; `FROM $ARG` expanded
+    with the ARG's default). A `FROM` is mapped by its name or by `*`; a `COPY --from=IMAGE`
+    (an ONBUILD one too) by its name only (`*` stands in for a base, not for the files of
+    another image). A stage name (`FROM base AS x`, then `FROM x` or `COPY --from=x`), a stage
+    number and `scratch` are never mapped. A mapped `FROM` is followed by RESET_AFTER_STANDIN,
+    whatever user and working folder the stand-in has."""
+    args = _global_args(dockerfile)
     stages: set[str] = set()
     out, notes = [], []
-    for line in dockerfile.splitlines():
-        copy = _COPY_FROM.match(line)
+    for physical, text in instructions(dockerfile):
+        copy = _COPY_FROM.match(text)
         if copy:
             prefix, image, rest = copy.groups()
             local = None if image in stages or image.isdigit() else mapping.get(image)
             if local is not None and local != image:
-                line = f"{prefix}{local}{rest}"
+                out.append(f"{prefix}{local}{rest}")
                 notes.append(f"COPY --from={image} -> {local}")
-            out.append(line)
+            else:
+                out.extend(physical)
             continue
-        found = _FROM.match(line)
+        found = _FROM.match(text)
         if not found:
-            out.append(line)
+            out.extend(physical)
             continue
-        prefix, flags, image, rest = found.groups()
+        prefix, flags, written, rest = found.groups()
+        image = _expand(written, args)
         alias = re.search(r"\bAS\s+(\S+)", rest, re.IGNORECASE)
         plain = image in stages or image == "scratch"  # `scratch` is no image: nothing to map
         local = None if plain else mapping.get(image, mapping.get("*"))
         if alias:
             stages.add(alias.group(1))
         if local is None or local == image:
-            out.append(line)
+            out.extend(physical if image == written else [f"{prefix}{flags}{image}{rest}"])
             continue
         out.append(f"{prefix}{flags}{local}{rest}")
         out.extend(RESET_AFTER_STANDIN)
-        notes.append(f"FROM {image} -> {local}")
+        notes.append(f"FROM {written} -> {local}")
     return "\n".join(out) + "\n", notes
 
 
 def images_named(dockerfile: str) -> list[str]:
-    """The images a Dockerfile builds from (`FROM`, `COPY --from=`), stage names and numbers
-    left out, in order, each once; `scratch` is no image."""
+    """The images a Dockerfile builds from (`FROM`, `COPY --from=`, an ONBUILD `COPY
+    --from=`), read as Docker reads it; stage names and numbers left out, in order, each once;
+    `scratch` is no image. A reference with a variable Docker would expand is named as it is
+    written (no image has that name: the build is refused rather than tried)."""
+    args = _global_args(dockerfile)
     stages: set[str] = set()
     named: list[str] = []
-    for line in dockerfile.splitlines():
-        copy = _COPY_FROM.match(line)
-        found = None if copy else _FROM.match(line)
-        image = copy.group(2) if copy else found.group(3) if found else ""
+    for _physical, text in instructions(dockerfile):
+        copy = _COPY_FROM.match(text)
+        found = None if copy else _FROM.match(text)
+        image = copy.group(2) if copy else _expand(found.group(3), args) if found else ""
         if image and image not in stages and image not in named and _plain_image(image):
             named.append(image)
         alias = re.search(r"\bAS\s+(\S+)", found.group(4), re.IGNORECASE) if found else None
@@ -111,8 +178,8 @@ def images_named(dockerfile: str) -> list[str]:
 
 
 def _plain_image(image: str) -> bool:
-    """An image's name, not a stage number, `scratch` or a build argument (`$BASE`)."""
-    return not image.isdigit() and image != "scratch" and "$" not in image
+    """An image's name, not a stage number or `scratch`."""
+    return not image.isdigit() and image != "scratch"
 
 
 def dockerfile_of(context: bytes) -> str:

@@ -65,6 +65,13 @@ _UNREADABLE = re.compile(
 )
 
 
+# What Docker says when it cannot set up a container's working folder at its start.
+_UNSTARTABLE = re.compile(
+    r"cannot mkdir|not a directory|too many levels of symbolic links|too many links",
+    re.IGNORECASE,
+)
+
+
 def _translate(exc: Exception) -> InfrastructureError | DiskFull:
     if isinstance(exc, docker.errors.APIError) and _QUOTA_FULL in str(exc.explanation or exc):
         # Docker could not write to (or start) a container whose disk holds its limit: what
@@ -576,8 +583,19 @@ class Sandbox:
     @docker_call
     def start(self) -> None:
         """Start (or start again) the container. DiskFull if its disk is at its limit (Docker
-        sets the quota at each start, in a write of its own that a full disk refuses)."""
-        client().api.start(self.id)
+        sets the quota at each start, in a write of its own that a full disk refuses);
+        PathUnreadable if what its user made of its working folder keeps Docker from making it
+        the container's working folder (a file there, a link that loops)."""
+        try:
+            client().api.start(self.id)
+        except docker.errors.APIError as exc:
+            said = str(exc.explanation or exc)
+            if _QUOTA_FULL in said or not _UNSTARTABLE.search(said):
+                raise
+            raise PathUnreadable(
+                f"the container cannot start again over what was made of its working folder: "
+                f"{said[-300:]}"
+            ) from None
 
     @docker_call
     def stop(self, timeout: int = 2) -> None:
