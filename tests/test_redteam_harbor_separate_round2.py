@@ -146,15 +146,7 @@ def test_add():
     assert calc.add(2, 3) == 5
 """
 
-TEST_SH_APP = """\
-#!/bin/bash
-cd /app
-if python3 -m pytest -q -p no:cacheprovider /tests/test_calc.py; then
-  echo 1 > /logs/verifier/reward.txt
-else
-  echo 0 > /logs/verifier/reward.txt
-fi
-"""
+TEST_SH_APP = TEST_SH.replace("cd /grade", "cd /app")
 
 FAKE_PYTEST = 'print(".")\nprint("1 passed in 0.01s")\n'
 
