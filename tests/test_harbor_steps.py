@@ -97,6 +97,8 @@ def test_reference_passes_every_step_and_noop_stops_at_the_first_below_its_min_r
     page = admin_client.get(f"/attempts/{noop.pk}/").content.decode()
     assert "<strong>scaffold</strong>" in page and "reward 0 from reward.txt" in page
     assert '<strong>implement</strong> <span class="muted">not run: an earlier step' in page
+    task_page = admin_client.get("/tasks/greet-steps/").content.decode()
+    assert "<strong>scaffold</strong>" in task_page and "min_reward reward 1.0" in task_page
     checks_page = admin_client.get(f"/attempts/{reference.pk}/?view=check").content.decode()
     assert "Step scaffold" in checks_page and "Every step, combined" in checks_page
     assert [s["step"] for s in attempt_record(reference)["steps"]] == ["scaffold", "implement"]

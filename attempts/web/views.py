@@ -110,6 +110,11 @@ def _task_attempts_context(request, task: Task) -> dict:
 def task_detail(request, slug):
     task = get_object_or_404(Task, slug=slug)
     context = _task_attempts_context(request, task)
+    context["task_steps"] = (
+        list(task.steps.defer("check_files", "solution_files", "workdir_files"))
+        if task.multi_step
+        else []
+    )
     context.update(
         {
             "grid": test_grid(list(reversed(context["attempts"]))),
