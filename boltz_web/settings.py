@@ -231,6 +231,9 @@ BOLTZ_DISK_LIMIT = env_bytes("BOLTZ_DISK_LIMIT", "2g")
 # gVisor, a kernel of its own between the agent and the host's (docs/RELIABILITY.md).
 BOLTZ_RUNTIME = env_str("BOLTZ_RUNTIME", "")
 BOLTZ_MAX_DIFF_BYTES = env_bytes("BOLTZ_MAX_DIFF_BYTES", "32m")
+# How long the agent's changes (and what a separate verifier is handed) are read for code that
+# reaches into the test runner; what is not read by then is named as too long to read.
+BOLTZ_SCAN_SECONDS = env_seconds("BOLTZ_SCAN_SECONDS", "120")
 BOLTZ_DOCKER_RETRIES = env_int("BOLTZ_DOCKER_RETRIES", 3, minimum=0)
 BOLTZ_DOCKER_RETRY_DELAY = env_seconds("BOLTZ_DOCKER_RETRY_DELAY", "10")
 BOLTZ_SANDBOX_RETENTION = env_seconds("BOLTZ_SANDBOX_RETENTION", "7d")

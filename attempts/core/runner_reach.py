@@ -32,10 +32,15 @@ read joined up, so that `import os, \\` + `_pytest.reports` or `__import__(` + `
 counts; a finding is named at the line that holds what it names (the module, the call). Lines
 of context around a run are not read. Tokenizing is bounded (TOKENIZE_CHARS per patch; beyond
 it, runs are read as if they did not tokenize), and so is a run (RUN_LINES lines or RUN_CHARS
-characters; the next run then starts RUN_OVERLAP lines earlier).
+characters; the next run then starts RUN_OVERLAP lines earlier). So is the time: past the
+caller's deadline, the file being read is named as too long to read (TIMED_OUT), a finding
+like any other.
 
 What counts, in Python files (`*.py`, and files without a suffix whose first line is a python
 shebang):
+- a source encoding declaration (PEP 263, in the first two lines) naming a codec other than
+  UTF-8, ASCII or Latin-1 (`# coding: utf-7`): Python decodes the file so, and its code shows
+  no word of Python to a reviewer or to this scan;
 - imports of the test runner (`pytest`, `_pytest`, `pluggy`, `py`, `xdist`, `iniconfig`,
   `pytest_*` plugins: import statements, `__import__("...")`, `importlib.import_module(...)`,
   `sys.modules["..."]`, `"..." in sys.modules`, a runner name built from string pieces);
@@ -121,6 +126,7 @@ import codecs
 import io
 import itertools
 import re
+import time
 import tokenize
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
@@ -1090,14 +1096,38 @@ def _runs(added: Iterable[_Added]) -> Iterator[list[_Added]]:
         yield run
 
 
+# PEP 263's source encoding declaration, read by Python in a file's first two lines. An agent
+# that declares another codec (utf-7, say) writes code in which no word of Python shows.
+_CODING = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
+_PLAIN_CODINGS = {"utf-8", "utf8", "utf_8", "ascii", "us-ascii", "latin-1", "latin1",
+                  "iso-8859-1", "iso8859-1", "utf-8-sig"}  # fmt: skip
+TIMED_OUT = "is too long to read for code that reaches into the test runner in time"
+
+
+def _foreign_coding(added: _Added) -> str:
+    """Why an added line of a Python file is a foreign source encoding declaration, or ""."""
+    if added.line > 2:
+        return ""
+    found = _CODING.match(added.text)
+    if not found or found.group(1).lower().replace("_", "-") in _PLAIN_CODINGS:
+        return ""
+    return (
+        f"declares its source as {found.group(1)}: Python decodes it so, and no reviewer or "
+        "scan reads it as written"
+    )
+
+
 def scan_lines(
     lines: Iterable[str],
     *,
     own_packages: set[str],
     skip: Callable[[str], bool] | None = None,
+    deadline: float | None = None,
 ) -> list[Finding]:
     """Findings of a patch given line by line (each line with its newline). `skip(path)`:
-    true for the files not to read (what the check resets); by default every file is read."""
+    true for the files not to read (what the check resets); by default every file is read.
+    `deadline` (time.monotonic()): past it, the file being read is named as too long to read
+    (TIMED_OUT) and reading stops, so code slow to read never outlasts the attempt."""
     own = set(own_packages)
     runner_owned = bool(own & RUNNER_OWNERS) or any(n.startswith("pytest_") for n in own)
     budget = _Budget(TOKENIZE_CHARS)
@@ -1111,8 +1141,12 @@ def scan_lines(
             first = len(findings)
         if not path or (skip is not None and skip(path)):
             continue
+        if deadline is not None and time.monotonic() > deadline:
+            findings.append(Finding(path, run[0].line, TIMED_OUT, ""))
+            break
         if _is_python(path, run[0].first_line):
-            named = _python_run(
+            named = [(i, why) for i, a in enumerate(run) if (why := _foreign_coding(a))]
+            named += _python_run(
                 [a.text for a in run],
                 own=own,
                 runner_owned=runner_owned,
@@ -1145,16 +1179,27 @@ def scan_patch(
     return scan_lines(text_lines(patch_text), own_packages=own_packages, skip=skip)
 
 
-def scan_files(files: dict[str, bytes], *, own_packages: set[str] = frozenset()) -> list[Finding]:
-    """Findings of whole files (path -> bytes), read as if each were added by a patch."""
-    lines: list[str] = []
-    for path, data in files.items():
-        text = data.decode("utf-8", errors="replace")
-        body = list(text_lines(text))
-        name = path.lstrip("/")
-        lines += ["--- /dev/null\n", f"+++ b/{name}\n", f"@@ -0,0 +1,{len(body)} @@\n"]
-        lines += ["+" + line if line.endswith("\n") else f"+{line}\n" for line in body]
-    return scan_lines(lines, own_packages=set(own_packages))
+def scan_file(
+    path: str,
+    handle: BinaryIO,
+    *,
+    deadline: float | None = None,
+    own_packages: set[str] = frozenset(),
+) -> list[Finding]:
+    """Findings of one whole file (read from `handle`, a seekable binary file, to its end, in
+    bounded memory), as if a patch added it at `path`."""
+    handle.seek(0)
+    count = sum(1 for _ in read_lines(handle))
+    handle.seek(0)
+
+    def lines() -> Iterator[str]:
+        yield "--- /dev/null\n"
+        yield f"+++ b/{path.lstrip('/')}\n"
+        yield f"@@ -0,0 +1,{count} @@\n"
+        for line in read_lines(handle):
+            yield "+" + line if line.endswith("\n") else f"+{line}\n"
+
+    return scan_lines(lines(), own_packages=set(own_packages), deadline=deadline)
 
 
 def text_lines(text: str) -> Iterator[str]:
@@ -1187,11 +1232,17 @@ def read_lines(handle: BinaryIO, *, max_line: int = MAX_LINE_CHARS) -> Iterator[
 
 
 def scan_patch_file(
-    path: Path, *, own_packages: set[str], skip: Callable[[str], bool] | None = None
+    path: Path,
+    *,
+    own_packages: set[str],
+    skip: Callable[[str], bool] | None = None,
+    deadline: float | None = None,
 ) -> list[Finding]:
     """Findings of a patch file of any size, read line by line."""
     with Path(path).open("rb") as handle:
-        return scan_lines(read_lines(handle), own_packages=own_packages, skip=skip)
+        return scan_lines(
+            read_lines(handle), own_packages=own_packages, skip=skip, deadline=deadline
+        )
 
 
 def patch_paths(patch_text: str) -> set[str]:

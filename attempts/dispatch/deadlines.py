@@ -18,12 +18,21 @@ def attempt_budget(attempt: Attempt) -> float:
         return task.setup_timeout + ready + steps + settings.BOLTZ_DEADLINE_MARGIN
     # An API sandbox's work lasts as long as its client keeps it (up to its time to live).
     work = sandbox_ttl(attempt) if attempt.origin == "api" else task.agent_timeout
-    return task.setup_timeout + ready + work + task.check_limits + settings.BOLTZ_DEADLINE_MARGIN
+    # Reading the changes (and what a separate verifier is handed) for runner access.
+    reading = settings.BOLTZ_SCAN_SECONDS * (2 if task.verifier_image else 1)
+    return (
+        task.setup_timeout
+        + ready
+        + work
+        + reading
+        + task.check_limits
+        + settings.BOLTZ_DEADLINE_MARGIN
+    )
 
 
 def step_seconds(step, task) -> float:
     """One step's limits added up: its setup.sh (the step's agent limit bounds it), its
-    health check, its agent, the recording of its changes and its in-place check."""
+    health check, its agent, the recording (and reading) of its changes and its check."""
     setup = step.agent_timeout if step.workdir_files else 0.0
     copying = 2 * task.setup_timeout  # recording, and saving the tree around the check
     return (
@@ -31,6 +40,7 @@ def step_seconds(step, task) -> float:
         + healthcheck_seconds(step.healthcheck)
         + step.agent_timeout
         + copying
+        + settings.BOLTZ_SCAN_SECONDS  # reading the step's changes for runner access
         + step.check_timeout
     )
 

@@ -16,6 +16,7 @@ import posixpath
 import secrets
 import tarfile
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -331,7 +332,17 @@ class Check:
         try:
             verifier = harbor_layout.ids(session.run_as(task.check_user))
             handed = self.trees.scratch / f"artifacts-{secrets.token_hex(4)}.tar"
-            texts: dict[str, bytes] = {}
+            found: list[dict] = []
+            deadline = time.monotonic() + settings.BOLTZ_SCAN_SECONDS
+
+            def read(path: str, handle) -> None:  # each file handed over, for runner reach
+                if len(found) < runner_reach.MAX_FINDINGS and not any(
+                    f["what"] == runner_reach.TIMED_OUT for f in found
+                ):
+                    found.extend(
+                        f.as_dict() for f in runner_reach.scan_file(path, handle, deadline=deadline)
+                    )
+
             with handed.open("wb") as out:
                 given, left = harbor_layout.artifacts_tar(
                     agent,
@@ -339,9 +350,10 @@ class Check:
                     owner=verifier,
                     out=out,
                     max_bytes=settings.BOLTZ_MAX_TREE_BYTES,
-                    texts=texts,
+                    max_files=settings.BOLTZ_MAX_TREE_FILES,
+                    read=read,
                 )
-            self._scan_handed(texts)
+            self._note_runner_access(found)
             self.timeline.add(
                 EventKind.LIFECYCLE,
                 message=f"the verifier runs in a container of its own from {task.verifier_image}, "
@@ -370,11 +382,10 @@ class Check:
                     EventKind.ERROR, actor="agent", message=f"after the check: {exc.reason}"
                 )
 
-    def _scan_handed(self, texts: dict[str, bytes]) -> None:
+    def _note_runner_access(self, found: list[dict]) -> None:
         """What a separate verifier is handed is read as the working folder's changes are:
         code in it that reaches into the test runner joins the attempt's tamper report, where
         the check reads it (runner_reach.check_problem) as it does the working folder's."""
-        found = [f.as_dict() for f in runner_reach.scan_files(texts)]
         if not found:
             return
         with transaction.atomic():

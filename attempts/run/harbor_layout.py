@@ -136,7 +136,6 @@ ARTIFACTS = f"{LOGS}/artifacts"
 # folder named like pytest, one of its dependencies or the standard library (a verifier that
 # runs pytest from there would import it instead).
 HANDOVER_PROTECTION = Protection(DEFAULT_PROTECTED, top_level_modules=SHADOWED_MODULES)
-SCANNED_BYTES = 1 << 20  # a handed-over file read for code that reaches into the test runner
 
 
 def artifacts_tar(
@@ -146,17 +145,19 @@ def artifacts_tar(
     owner: tuple[int, int],
     out,
     max_bytes: int,
-    texts: dict[str, bytes] | None = None,
+    max_files: int,
+    read=None,
 ) -> tuple[list[str], list[str]]:
     """What a separate verifier is handed, as Harbor hands it: /logs/artifacts and the task's
     artifact paths, read out of the agent's container, each at its own absolute path, owned by
     `owner`, written as one tar to `out`. Only files and folders cross (a link the agent made
     could otherwise point the verifier's own files elsewhere), within `max_bytes` in all, and
-    none that HANDOVER_PROTECTION covers. Each file handed over (its first SCANNED_BYTES) is
-    put in `texts` (path -> bytes), for the runner-reach scan. Returns (what was handed over,
-    what was left out and why)."""
+    `max_files` files, and none that HANDOVER_PROTECTION covers. `read(path, file)` is given
+    each file handed over (a seekable binary file, read whole: the runner-reach scan). Returns
+    (what was handed over, what was left out and why)."""
     handed, left = [], []
     total = 0
+    counted = [0]  # files handed over so far
     with tarfile.open(fileobj=out, mode="w") as tar:
         for path in [ARTIFACTS, *paths]:
             try:
@@ -174,18 +175,28 @@ def artifacts_tar(
                         break
                 else:
                     spool.seek(0)
-                    total = _rebase(tar, spool, path, owner, total, max_bytes, left, texts)
+                    total = _rebase(
+                        tar,
+                        spool,
+                        path,
+                        owner,
+                        (total, max_bytes),
+                        (counted, max_files),
+                        left,
+                        read,
+                    )
                     handed.append(path)
                     continue
             left.append(f"{path}: past {max_bytes} bytes in all")
     return handed, left
 
 
-def _rebase(
-    tar, spool, path: str, owner, total: int, max_bytes: int, left: list[str], texts
-) -> int:
+def _rebase(tar, spool, path: str, owner, size, files, left: list[str], read) -> int:
     """The files and folders of one path's tar (`spool`) added to `tar` at their absolute
-    paths; the bytes handed over so far."""
+    paths, within `size` (bytes so far, at most) and `files` ([files so far], at most); the
+    bytes handed over so far."""
+    total, max_bytes = size
+    counted, max_files = files
     parent = posixpath.dirname(path.rstrip("/")).lstrip("/")
     with tarfile.open(fileobj=spool) as source:
         for member in source:
@@ -197,8 +208,9 @@ def _rebase(
                 left.append(f"{posixpath.join('/', parent, name)}: not a file or folder")
                 continue
             total += member.size
-            if total > max_bytes:
-                left.append(f"{path}: past {max_bytes} bytes in all")
+            counted[0] += 1
+            if total > max_bytes or counted[0] > max_files:
+                left.append(f"{path}: past {max_bytes} bytes or {max_files} files in all")
                 break
             target = posixpath.join(parent, name)
             if _verifiers_own(target):
@@ -210,8 +222,8 @@ def _rebase(
                 left.append(f"/{target}: read by pytest or Python before any test")
                 continue
             data = source.extractfile(member) if member.isfile() else None
-            if data is not None and texts is not None:
-                texts[f"/{target}"] = data.read(SCANNED_BYTES)
+            if data is not None and read is not None:
+                read(f"/{target}", data)
                 data.seek(0)
             member.name = target
             member.pax_headers = {}  # else a long or non-ASCII name's old path is written back

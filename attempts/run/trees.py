@@ -9,6 +9,7 @@ from __future__ import annotations
 import secrets
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from django.conf import settings
@@ -135,6 +136,7 @@ class AttemptTrees:
                 recorded.patch,
                 own_packages=runner_reach.own_packages(self.base_files()),
                 skip=self.protection.covers,
+                deadline=time.monotonic() + settings.BOLTZ_SCAN_SECONDS,
             )
         ]
         limit = settings.BOLTZ_MAX_DIFF_BYTES
