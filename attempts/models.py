@@ -334,16 +334,25 @@ class Task(models.Model):
         """Seconds a whole check may take, from asking for it to its result: what the API's
         check and a pool's submit wait for. The check's own limits (check_limits), a setup's
         time for recording the changes first, in place another for saving the agent's tree
-        and putting it back around the check, and CHECK_MARGIN: the 2 setups + the check +
-        120 s those callers always waited, with a rebuild's steps added."""
+        and putting it back around the check, BOLTZ_SCAN_SECONDS for reading the changes (twice
+        for a separate verifier, whose handover is read too), and CHECK_MARGIN."""
         copying = (2 if self.checks_in_place else 1) * self.setup_timeout
-        return self.check_limits + copying + CHECK_MARGIN
+        # Reading the changes for runner access first (and a separate verifier's handover).
+        reading = settings.BOLTZ_SCAN_SECONDS * (2 if self.verifier_image else 1)
+        return self.check_limits + copying + reading + CHECK_MARGIN
 
 
 # What a sandbox session reads of its task: its working folder and who the agent runs as.
 SESSION_TASK_FIELDS = ("slug", "workdir", "agent_user", "allow_root", "stage_env")
 # What Task.check_budget reads.
-CHECK_BUDGET_FIELDS = ("check_mode", "layout", "rebuild_command", "setup_timeout", "check_timeout")
+CHECK_BUDGET_FIELDS = (
+    "check_mode",
+    "layout",
+    "rebuild_command",
+    "setup_timeout",
+    "check_timeout",
+    "verifier_image",
+)
 
 
 class TaskStep(models.Model):

@@ -71,10 +71,15 @@ def test_a_rebuild_adds_its_containers_setup_and_itself_to_a_fresh_check_only():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_check_budget_is_never_less_than_callers_waited_before(kind):
-    # The API and a pool's submit waited 2 setups + the check + 120 s for every task.
-    assert task(kind).check_budget == 2 * SETUP + CHECK + CHECK_MARGIN == 330
+    # The API and a pool's submit waited 2 setups + the check + 120 s for every task; now
+    # also the time the changes are read for runner access first (BOLTZ_SCAN_SECONDS).
+    scan = settings.BOLTZ_SCAN_SECONDS
+    assert task(kind).check_budget == 2 * SETUP + CHECK + CHECK_MARGIN + scan == 330 + scan
     rebuilt = task(kind, rebuild_command="make")
-    assert rebuilt.check_budget == (4 * SETUP if kind == "fresh" else 2 * SETUP) + CHECK + 120
+    expected = (4 * SETUP if kind == "fresh" else 2 * SETUP) + CHECK + 120 + scan
+    assert rebuilt.check_budget == expected
+    # A separate verifier's handover is read too.
+    assert task(kind, verifier_image="grader:1").check_budget == 330 + 2 * scan
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -92,8 +97,10 @@ def test_the_budget_covers_the_checks_own_limits_and_its_margin(kind):
 def test_the_deadline_counts_the_agents_setup_its_work_and_the_checks_limits(kind, setups):
     rules = task(kind)
     budget = attempt_budget(Attempt(task=rules, origin="run"))
-    assert budget == SETUP + AGENT + rules.check_limits + settings.BOLTZ_DEADLINE_MARGIN
-    assert budget == setups * SETUP + AGENT + CHECK + settings.BOLTZ_DEADLINE_MARGIN
+    scan = settings.BOLTZ_SCAN_SECONDS  # the changes read for runner access
+    margin = settings.BOLTZ_DEADLINE_MARGIN
+    assert budget == SETUP + AGENT + rules.check_limits + scan + margin
+    assert budget == setups * SETUP + AGENT + CHECK + scan + margin
 
 
 class _Asked(Exception):

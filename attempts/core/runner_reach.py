@@ -40,7 +40,11 @@ What counts, in Python files (`*.py`, and files without a suffix whose first lin
 shebang):
 - a source encoding declaration (PEP 263, in the first two lines) naming a codec other than
   UTF-8, ASCII or Latin-1 (`# coding: utf-7`): Python decodes the file so, and its code shows
-  no word of Python to a reviewer or to this scan;
+  no word of Python to a reviewer or to this scan; a carriage return inside a line (Python
+  starts a new line there: `#\r import _pytest` is a comment to git and a reviewer, an import
+  to Python);
+- rewriting how unittest runs or asserts its tests (`TestCase.assertEqual = ...`,
+  `TestCase.run = ...`, `setattr(unittest.TestCase, ...)`);
 - imports of the test runner (`pytest`, `_pytest`, `pluggy`, `py`, `xdist`, `iniconfig`,
   `pytest_*` plugins: import statements, `__import__("...")`, `importlib.import_module(...)`,
   `sys.modules["..."]`, `"..." in sys.modules`, a runner name built from string pieces);
@@ -606,6 +610,12 @@ _RUNNER_WORDS = _rules(
     ),
     ("pytest", r"\bpytest\s*\.\s*(exit|main)\b", "ends or starts a pytest run (pytest.{0})"),
     (
+        "TestCase",
+        r"\bTestCase\s*\.\s*(\w+)\s*=(?!=)"
+        r"|\b(?:set|del)attr\s*\(\s*(?:\w+\s*\.\s*)*(TestCase)\b",
+        "rewrites how unittest runs or asserts its tests (TestCase.{0})",
+    ),
+    (
         "__tracebackhide__",
         r"\b(__tracebackhide__)\b",
         "hides its frames from pytest's reports ({0})",
@@ -658,6 +668,7 @@ _CHECK_PATHS = re.compile(
 _CHECK_PATHS_WHAT = "names the check's report or reward paths ({0})"
 # A quick test before the rules: most lines name none of this.
 _PYTHON_TELLS = (
+    "TestCase",
     "import",
     "pytest",
     "PYTEST",
@@ -1104,6 +1115,22 @@ _PLAIN_CODINGS = {"utf-8", "utf8", "utf_8", "ascii", "us-ascii", "latin-1", "lat
 TIMED_OUT = "is too long to read for code that reaches into the test runner in time"
 
 
+# Python ends a line at a carriage return as well (universal newlines); git, patches and this
+# scan end one only at a line feed. A carriage return inside a line of a Python file (not the
+# one of a CRLF ending) starts a line Python runs and no reviewer sees as a line.
+_LONE_CR = re.compile(r"\r(?!\n?$)")
+
+
+def _hidden_line(added: _Added) -> str:
+    """Why an added line of a Python file hides a line from everyone but Python, or ""."""
+    if _LONE_CR.search(added.text):
+        return (
+            "holds a carriage return inside a line: Python starts a new line there, which "
+            "git, a diff and a reviewer do not show"
+        )
+    return ""
+
+
 def _foreign_coding(added: _Added) -> str:
     """Why an added line of a Python file is a foreign source encoding declaration, or ""."""
     if added.line > 2:
@@ -1145,7 +1172,12 @@ def scan_lines(
             findings.append(Finding(path, run[0].line, TIMED_OUT, ""))
             break
         if _is_python(path, run[0].first_line):
-            named = [(i, why) for i, a in enumerate(run) if (why := _foreign_coding(a))]
+            named = [
+                (i, why)
+                for i, a in enumerate(run)
+                for why in (_foreign_coding(a), _hidden_line(a))
+                if why
+            ]
             named += _python_run(
                 [a.text for a in run],
                 own=own,
