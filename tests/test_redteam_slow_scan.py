@@ -65,19 +65,29 @@ def test_reading_the_changes_is_bounded_in_time_and_inside_the_attempts_budget(m
 @pytest.mark.docker
 @pytest.mark.worker
 def test_code_slow_to_scan_is_the_agents_failure_not_an_infrastructure_error(
-    worker, make_task, settings
+    django_db_setup, docker_ready, redis_ready, make_task, settings
 ):
-    from tests.test_redteam import run_all, verdict
+    """30 MB of code slow to read (~2 minutes at ~0.25 MiB/s): on a worker that reads for 5 s
+    (BOLTZ_SCAN_SECONDS, and the attempt's budget counts it), the scan stops, names the file as
+    too long to read, and the check fails: the agent's failure, never the worker running out
+    of time (an infrastructure error, as it was)."""
+    import uuid
+
+    from tests.conftest import run_worker, wait_finished
+    from tests.test_redteam import launch, verdict
 
     task = make_task()
-    # Small limits so the test is quick (budget: setup 10 + agent 20 + check setup 10 + check
-    # 20 + margin 10 = 70 s); the shape is the real one (see the unit test above).
     Task.objects.filter(pk=task.pk).update(setup_timeout=10, agent_timeout=20, check_timeout=20)
     task.refresh_from_db()
     settings.BOLTZ_DEADLINE_MARGIN = 10  # read when the attempt is sent (its soft time limit)
+    settings.BOLTZ_SCAN_SECONDS = 5
+    queue = f"slow-scan-{uuid.uuid4().hex[:8]}"
     slow = f"yes '{SLOW_LINE.strip()}' | head -c 30000000 > big.py\n"
-    result = run_all(("slow", task, slow), ("honest", task, "true\n"), timeout=400)
-    assert result["honest"].outcome == Outcome.FAILED, verdict(result["honest"])
-    attempt = result["slow"]
-    # Observed: infra_error, "record: the worker's time limit for this attempt ran out".
-    assert attempt.outcome == Outcome.FAILED, verdict(attempt)
+    with run_worker(queue=queue, host="slow-scan", capacity=2, env={"BOLTZ_SCAN_SECONDS": "5"}):
+        attempt, honest = wait_finished(
+            [launch(task, slow, queue=queue), launch(task, "true\n", queue=queue)], timeout=300
+        )
+    assert honest.outcome == Outcome.FAILED, verdict(honest)
+    # Observed before: infra_error, "record: the worker's time limit for this attempt ran out".
+    assert attempt.outcome == Outcome.FAILED and attempt.score == 0.0, verdict(attempt)
+    assert runner_reach.TIMED_OUT in attempt.failure_reason
