@@ -8,8 +8,9 @@ A step ends the attempt early where Harbor's would: its reward below its `min_re
 it did not write counts as below), or a failure that left it without a reward (its setup.sh or
 healthcheck failed, or its verifier wrote none). The attempt's reward is then Harbor's: the
 mean, metric by metric, of the steps that ran (a metric a step lacks counts 0), or with
-multi_step_reward_strategy = "final" the last step's that ran; except that a step left without
-a reward counts 0 where Harbor leaves it out (see step_rewards). The first step's setup failing
+multi_step_reward_strategy = "final" the last step's; except that a step left without a reward
+counts 0 where Harbor leaves it out (see step_rewards), and so does a step an early stop kept
+from running (with "final", the attempt's reward is then 0). The first step's setup failing
 is the task's failure (no agent ran yet). The combined reward is kept as one more check of the
 attempt, with no step name; it passes only when every step ran and the reward is 1.
 """
@@ -129,6 +130,7 @@ def run_steps(director) -> tuple[CommandRun | None, CheckResult]:
     ran: list[tuple[TaskStep, CheckResult | None]] = []
     stopped = ""
     agent = None
+    _users_before_any_agent(session, task, steps)
     try:
         for index, step in enumerate(steps, start=1):
             view = StepTask(task, step)
@@ -167,6 +169,16 @@ def run_steps(director) -> tuple[CommandRun | None, CheckResult]:
         director.session.halt()
         director.trees.record(session)
     return agent, _keep_combined(director, steps, ran, stopped)
+
+
+def _users_before_any_agent(session, task, steps: list[TaskStep]) -> None:
+    """Every step's users looked up in the sandbox before any agent runs (and kept for it): a
+    user the image lacks is the task's failure; a user an earlier step's agent deleted from
+    /etc/passwd changes nothing (else the agent's doing would read as the task's)."""
+    for step in steps:
+        view = StepTask(task, step)
+        for user in (view.agent_user, view.solution_user, view.check_user):
+            session.run_as(user)
 
 
 def _put_step_files(director, step: TaskStep, view: StepTask) -> str:
@@ -213,7 +225,10 @@ def _keep_combined(
 ) -> CheckResult:
     task = director.task
     per_step = [step_rewards(result) for _, result in ran]
-    rewards = combine(per_step, task.step_rewards)
+    # A step an early stop kept from running counts 0 as well (Harbor leaves it out): being
+    # stopped never scores more than doing the steps and failing them.
+    never = [{"reward": 0.0} for _ in steps[len(ran) :]]
+    rewards = combine(per_step + never, task.step_rewards)
     lines = []
     for (step, result), got in zip(ran, per_step, strict=True):
         said = ", ".join(f"{k} {v:g}" for k, v in got.items())
@@ -230,7 +245,8 @@ def _keep_combined(
     else:
         score = headline(rewards)
         passed = score >= 1.0 and every
-        summary = f"reward {score:g}, {how} rewards ({len(ran)} of {len(steps)} steps ran)"
+        unrun = "; the steps that did not run count 0" if len(ran) < len(steps) else ""
+        summary = f"reward {score:g}, {how} rewards ({len(ran)} of {len(steps)} steps ran{unrun})"
         if stopped:
             summary += f"; stopped after {stopped}"
     result = CheckResult.objects.create(

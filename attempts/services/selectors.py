@@ -167,14 +167,17 @@ def latest_checks(attempt_ids) -> dict[int, CheckResult]:
 
 def test_grid(attempts: list[Attempt]) -> dict:
     """Tests x attempts: each attempt's outcome per test in its last check ('not run' when
-    absent), and the tests whose outcome differed between checks of the same files."""
+    absent), and the tests whose outcome differed between checks of the same files. A
+    multi-step task's tests are named with their step (`scaffold: test_x`): each step's check
+    verifies other files, so a test that differs between steps is no flaky test."""
     ids = [a.pk for a in attempts]
     rows = TestOutcome.objects.filter(check_result__attempt_id__in=ids).values_list(
-        "check_result__attempt_id", "name", "outcome"
+        "check_result__attempt_id", "check_result__step", "name", "outcome"
     )
     cells: dict[tuple[int, str], str] = {}
     per_attempt: dict[tuple[int, str], set[str]] = {}
-    for attempt_id, name, outcome in rows.order_by("check_result_id"):
+    for attempt_id, step, test, outcome in rows.order_by("check_result_id"):
+        name = f"{step}: {test}" if step else test
         per_attempt.setdefault((attempt_id, name), set()).add(outcome)
         cells[(attempt_id, name)] = outcome  # ordered by check: the last one wins
     names = sorted({name for _, name in cells})
