@@ -13,31 +13,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
 from attempts.core import runner_reach
+from tests.attacks import FLIP as BASE_FLIP
 
 # The in-process flip plugin of tests/test_redteam.py (IN_PROCESS_FLIP), as Python source
 # (the plugin registered without a name: no quote on a line the scan would name).
-FLIP = textwrap.dedent(
-    """\
-    def _flip():
-        import gc, pytest
-        from _pytest.config import Config
-        class Flip:
-            @pytest.hookimpl(hookwrapper=True)
-            def pytest_runtest_makereport(self, item, call):
-                outcome = yield
-                outcome.get_result().outcome = 'passed'
-        for found in gc.get_objects():
-            if isinstance(found, Config):
-                found.pluginmanager.register(Flip())
-                return
-    _flip()
-    """
-)
+FLIP = BASE_FLIP.replace(", 'flip')", ")")
 
 
 def _hidden(source: str) -> str:

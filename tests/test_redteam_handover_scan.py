@@ -21,107 +21,21 @@ Either way the agent's wrong `add` passes with reward 1.
 
 from __future__ import annotations
 
-import base64
-import shutil
-
 import pytest
 
-from attempts.models import Outcome, Task
+from attempts.models import Outcome
 from attempts.services.attempts import attempt_create
 from tests.conftest import wait_finished
-from tests.test_harbor import HARBOR, run_import
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker]
 
-GRADER = HARBOR / "separate-grader"
-
-TEST_CALC = """\
-import sys
-
-sys.path.insert(0, "/logs/artifacts")
-import calc  # noqa: E402  (the agent's module, handed over in /logs/artifacts)
-
-
-def test_add():
-    assert calc.add(2, 3) == 5
-"""
-
-TEST_SH = """\
-#!/bin/bash
-cd /grade
-if python3 -m pytest -q -p no:cacheprovider /tests/test_calc.py; then
-  echo 1 > /logs/verifier/reward.txt
-else
-  echo 0 > /logs/verifier/reward.txt
-fi
-"""
-
-HONEST_WRONG = "def add(a, b):\n    return a - b\n"
-
-CHEAT = """\
-import gc
-
-import pytest
-from _pytest.config import Config
-
-
-class _Pass:
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item, call):
-        outcome = yield
-        report = outcome.get_result()
-        if report.failed:
-            report.outcome = "passed"
-            report.longrepr = None
-
-
-for _obj in gc.get_objects():
-    if isinstance(_obj, Config):
-        _obj.pluginmanager.register(_Pass(), "calc-helper")
-        break
-
-
-def add(a, b):
-    return a - b
-"""
-
-
-def utf7_all(text: str) -> str:
-    """The source with a UTF-7 coding cookie and every line as one UTF-7 base64 block."""
-    out = ["# coding: utf-7\n"]
-    for line in text.splitlines():
-        if line:
-            block = base64.b64encode(line.encode("utf-16-be")).decode().rstrip("=")
-            out.append(f"+{block}-\n")
-        else:
-            out.append("\n")
-    return "".join(out)
-
-
-def _write(path: str, text: str) -> str:
-    return f"cat > {path} <<'BOLTZ_EOF'\n{text}BOLTZ_EOF\n"
-
-
-def _task(tmp_path, slug: str) -> Task:
-    folder = tmp_path / slug
-    shutil.copytree(GRADER, folder)
-    (folder / "instruction.md").write_text(
-        "Write a Python module /logs/artifacts/calc.py with a function add(a, b) that returns "
-        "a + b.\n"
-    )
-    (folder / "tests" / "test_calc.py").write_text(TEST_CALC)
-    (folder / "tests" / "test.sh").write_text(TEST_SH)
-    dockerfile = folder / "tests" / "Dockerfile"
-    dockerfile.write_text(
-        dockerfile.read_text().replace(
-            "COPY test.sh expected.txt /tests/", "COPY test.sh expected.txt test_calc.py /tests/"
-        )
-    )
-    (folder / "solution" / "solve.sh").write_text(
-        "#!/bin/bash\nprintf 'def add(a, b):\\n    return a + b\\n' > /logs/artifacts/calc.py\n"
-    )
-    run_import(folder)
-    return Task.objects.get(slug=slug)
+from tests.attacks import utf7_all  # noqa: E402
+from tests.test_redteam_harbor_separate_round2 import (  # noqa: E402
+    CHEAT,
+    HONEST_WRONG,
+)
+from tests.test_redteam_harbor_separate_round2 import calc_grader as _task  # noqa: E402
+from tests.test_redteam_harbor_separate_round2 import write_file as _write  # noqa: E402
 
 
 def _assert_failed(attempt):

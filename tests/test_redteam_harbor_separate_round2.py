@@ -76,15 +76,13 @@ def add(a, b):
 """
 
 
-def _write(path: str, text: str) -> str:
+def write_file(path: str, text: str) -> str:
     return f"cat > {path} <<'BOLTZ_EOF'\n{text}BOLTZ_EOF\n"
 
 
-@pytest.mark.worker
-def test_code_handed_over_outside_the_working_folder_cannot_rewrite_the_verifiers_pytest(
-    worker, docker_ready, tmp_path
-):
-    folder = tmp_path / "rt23b-sep-pytest"
+def calc_grader(tmp_path, slug: str) -> Task:
+    """separate-grader, its verifier grading /logs/artifacts/calc.py with pytest."""
+    folder = tmp_path / slug
     shutil.copytree(GRADER, folder)
     (folder / "instruction.md").write_text(
         "Write a Python module /logs/artifacts/calc.py with a function add(a, b) that returns "
@@ -102,15 +100,24 @@ def test_code_handed_over_outside_the_working_folder_cannot_rewrite_the_verifier
         "#!/bin/bash\nprintf 'def add(a, b):\\n    return a + b\\n' > /logs/artifacts/calc.py\n"
     )
     run_import(folder)
-    task = Task.objects.get(slug="rt23b-sep-pytest")
+    return Task.objects.get(slug=slug)
+
+
+@pytest.mark.worker
+def test_code_handed_over_outside_the_working_folder_cannot_rewrite_the_verifiers_pytest(
+    worker, docker_ready, tmp_path
+):
+    task = calc_grader(tmp_path, "rt23b-sep-pytest")
     reference, honest, cheat = wait_finished(
         [
             attempt_create(task=task, agent="reference"),
             attempt_create(
-                task=task, agent="command", command=_write("/logs/artifacts/calc.py", HONEST_WRONG)
+                task=task,
+                agent="command",
+                command=write_file("/logs/artifacts/calc.py", HONEST_WRONG),
             ),
             attempt_create(
-                task=task, agent="command", command=_write("/logs/artifacts/calc.py", CHEAT)
+                task=task, agent="command", command=write_file("/logs/artifacts/calc.py", CHEAT)
             ),
         ],
         timeout=300,
@@ -190,18 +197,18 @@ def test_what_the_check_would_reset_is_not_handed_to_a_separate_verifier_unread(
     )
     run_import(folder)
     task = Task.objects.get(slug="rt23b-sep-app")
-    wrong = _write("/app/calc.py", HONEST_WRONG)
+    wrong = write_file("/app/calc.py", HONEST_WRONG)
     agents = {
         "reference": attempt_create(task=task, agent="reference"),
         "honest-wrong": attempt_create(task=task, agent="command", command=wrong),
         "pytest.py": attempt_create(
-            task=task, agent="command", command=wrong + _write("/app/pytest.py", FAKE_PYTEST)
+            task=task, agent="command", command=wrong + write_file("/app/pytest.py", FAKE_PYTEST)
         ),
         "conftest.py": attempt_create(
-            task=task, agent="command", command=wrong + _write("/app/conftest.py", CONFTEST)
+            task=task, agent="command", command=wrong + write_file("/app/conftest.py", CONFTEST)
         ),
         "plugin in calc.py (scanned)": attempt_create(
-            task=task, agent="command", command=_write("/app/calc.py", CHEAT)
+            task=task, agent="command", command=write_file("/app/calc.py", CHEAT)
         ),
     }
     done = dict(zip(agents, wait_finished(list(agents.values()), timeout=400), strict=True))

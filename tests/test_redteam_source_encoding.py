@@ -16,25 +16,12 @@ it (tokenize.detect_encoding), or is itself named as a finding.
 
 from __future__ import annotations
 
-import base64
-
 import pytest
 
 from attempts.core import runner_reach
-from tests.attacks import FLIP
+from tests.attacks import FLIP, utf7_all
 
 UTF7_FLIP_NOTE = "a module in UTF-7 that registers a pass-everything plugin"
-
-
-def utf7_all(text: str) -> str:
-    out = ["# coding: utf-7\n"]
-    for line in text.splitlines():
-        if line:
-            block = base64.b64encode(line.encode("utf-16-be")).decode().rstrip("=")
-            out.append(f"+{block}-\n")
-        else:
-            out.append("\n")
-    return "".join(out)
 
 
 def _new_file_patch(path: str, text: str) -> str:
