@@ -35,7 +35,9 @@ def test_a_worker_killed_mid_attempt_is_marked_and_its_container_reaped(
 ):
     queue, host = f"lost-{uuid.uuid4().hex[:8]}", f"lost-host-{uuid.uuid4().hex[:4]}"
     task = load_example("fix-add", agent_timeout=10, check_timeout=2, setup_timeout=1)
-    env = {"BOLTZ_DEADLINE_MARGIN": "1"}
+    # Its deadline passes soon: the smallest margin, and reading its changes for runner access
+    # (BOLTZ_SCAN_SECONDS, counted in the deadline) limited too.
+    env = {"BOLTZ_DEADLINE_MARGIN": "1", "BOLTZ_SCAN_SECONDS": "1"}
     with run_worker(queue=queue, host=host, capacity=1, env=env) as proc:
         attempt = attempt_create(
             task=task, agent="command", command="echo go; sleep 600", queue=queue
