@@ -337,9 +337,13 @@ class Task(models.Model):
         and putting it back around the check, BOLTZ_SCAN_SECONDS for reading the changes (twice
         for a separate verifier, whose handover is read too), and CHECK_MARGIN."""
         copying = (2 if self.checks_in_place else 1) * self.setup_timeout
-        # Reading the changes for runner access first (and a separate verifier's handover).
-        reading = settings.BOLTZ_SCAN_SECONDS * (2 if self.verifier_image else 1)
-        return self.check_limits + copying + reading + CHECK_MARGIN
+        return self.check_limits + copying + self.reading_limit + CHECK_MARGIN
+
+    @property
+    def reading_limit(self) -> float:
+        """Seconds the changes may be read for runner access (BOLTZ_SCAN_SECONDS), twice for a
+        separate verifier, whose handover is read too."""
+        return settings.BOLTZ_SCAN_SECONDS * (2 if self.verifier_image else 1)
 
 
 # What a sandbox session reads of its task: its working folder and who the agent runs as.

@@ -18,13 +18,11 @@ def attempt_budget(attempt: Attempt) -> float:
         return task.setup_timeout + ready + steps + settings.BOLTZ_DEADLINE_MARGIN
     # An API sandbox's work lasts as long as its client keeps it (up to its time to live).
     work = sandbox_ttl(attempt) if attempt.origin == "api" else task.agent_timeout
-    # Reading the changes (and what a separate verifier is handed) for runner access.
-    reading = settings.BOLTZ_SCAN_SECONDS * (2 if task.verifier_image else 1)
     return (
         task.setup_timeout
         + ready
         + work
-        + reading
+        + task.reading_limit
         + task.check_limits
         + settings.BOLTZ_DEADLINE_MARGIN
     )

@@ -389,18 +389,17 @@ class Check:
         if not found:
             return
         with transaction.atomic():
-            tamper = dict(
-                Attempt.objects.select_for_update()
-                .filter(pk=self.attempt.pk)
-                .values_list("tamper", flat=True)
-                .first()
-                or {}
-            )
+            tamper = self._tamper(lock=True)
             seen = tamper.get("runner_access") or []
             known = {(f.get("path"), f.get("line"), f.get("what")) for f in seen}
             fresh = [f for f in found if (f["path"], f["line"], f["what"]) not in known]
             tamper["runner_access"] = [*seen, *fresh][:200]
             update_attempt(self.attempt, tamper=self.agent.redactor.data(tamper))
+
+    def _tamper(self, *, lock: bool = False) -> dict:
+        """The attempt's tamper report as stored now (its row locked for the transaction)."""
+        rows = Attempt.objects.select_for_update() if lock else Attempt.objects
+        return dict(rows.filter(pk=self.attempt.pk).values_list("tamper", flat=True).first() or {})
 
     def _fresh_session(self, role: str) -> SandboxSession:
         return SandboxSession(
@@ -832,12 +831,7 @@ class Check:
             )
             flipped = mark_flaky(result) if requested_by else []
             if score.ignored_reward_files or score.verifier_tools:
-                tamper = dict(
-                    Attempt.objects.filter(pk=self.attempt.pk)
-                    .values_list("tamper", flat=True)
-                    .first()
-                    or {}
-                )
+                tamper = self._tamper()
                 seen = tamper.get("reward_files", [])
                 tamper["reward_files"] = sorted({*seen, *found["ignored_reward_files"]})
                 if score.verifier_tools:

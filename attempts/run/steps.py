@@ -99,9 +99,11 @@ def headline(rewards: dict[str, float]) -> float:
     return sum(rewards.values()) / len(rewards)
 
 
-def workdir_tar(files: bytes, workdir: str, owner: tuple[int, int]) -> bytes:
-    """A step's workdir/ files (a tar of names under ".") under `workdir`, owned by `owner`."""
+def workdir_tar(files: bytes, workdir: str, owner: tuple[int, int]) -> tuple[bytes, bool]:
+    """A step's workdir/ files (a tar of names under ".") under `workdir`, owned by `owner`;
+    and whether they hold a setup.sh at their top."""
     out = io.BytesIO()
+    setup = False
     prefix = workdir.strip("/")
     with (
         tarfile.open(fileobj=io.BytesIO(files)) as source,
@@ -111,13 +113,14 @@ def workdir_tar(files: bytes, workdir: str, owner: tuple[int, int]) -> bytes:
             rel = member.name[2:] if member.name.startswith("./") else member.name
             if rel in ("", "."):
                 continue  # the working folder itself is the image's
+            setup = setup or rel == "setup.sh"
             data = source.extractfile(member) if member.isfile() else None
             member.name = f"{prefix}/{rel}"
             member.pax_headers = {}  # else a long or non-ASCII name's old path is written back
             member.uid, member.gid = owner
             member.uname = member.gname = ""
             tar.addfile(member, data)
-    return out.getvalue()
+    return out.getvalue(), setup
 
 
 def run_steps(director) -> tuple[CommandRun | None, CheckResult]:
@@ -187,15 +190,14 @@ def _put_step_files(director, step: TaskStep, view: StepTask) -> str:
     session = director.session
     if step.workdir_files:
         owner = harbor_layout.ids(session.run_as(view.agent_user))
-        session.put_archive(workdir_tar(bytes(step.workdir_files), session.workdir, owner))
+        files, setup = workdir_tar(bytes(step.workdir_files), session.workdir, owner)
+        session.put_archive(files)
         director.timeline.add(
             EventKind.FILE,
             action="step files",
             message=f"the task put step {step.name}'s files in {session.workdir}",
         )
-        with tarfile.open(fileobj=io.BytesIO(bytes(step.workdir_files))) as tar:
-            names = tar.getnames()
-        if "./setup.sh" in names or "setup.sh" in names:
+        if setup:
             run = session.exec(
                 "setup",
                 ["bash", f"{session.workdir}/setup.sh"],
@@ -239,23 +241,18 @@ def _keep_combined(
     lines += [f"step {s.name}: not run" for s in steps[len(ran) :]]
     how = "the last step's" if task.step_rewards == "final" else "the mean of the steps'"
     every = len(ran) == len(steps) and all(r is not None and not r.verifier_error for _, r in ran)
-    if rewards is None:
-        summary = "verifier error: no step's verifier wrote a reward"
-        score, passed = 0.0, False
-    else:
-        score = headline(rewards)
-        passed = score >= 1.0 and every
-        unrun = "; the steps that did not run count 0" if len(ran) < len(steps) else ""
-        summary = f"reward {score:g}, {how} rewards ({len(ran)} of {len(steps)} steps ran{unrun})"
-        if stopped:
-            summary += f"; stopped after {stopped}"
+    score = headline(rewards)  # every step counts, so there are rewards
+    passed = score >= 1.0 and every
+    unrun = "; the steps that did not run count 0" if len(ran) < len(steps) else ""
+    summary = f"reward {score:g}, {how} rewards ({len(ran)} of {len(steps)} steps ran{unrun})"
+    if stopped:
+        summary += f"; stopped after {stopped}"
     result = CheckResult.objects.create(
         attempt=director.attempt,
         passed=passed,
         score=score,
         mode=task.check_mode,
         summary=summary,
-        verifier_error=rewards is None,
         source=CheckResult.Source.REWARD_FILE,
         output="\n".join(lines),
         reward=rewards,
@@ -268,7 +265,7 @@ def _keep_combined(
         mode=result.mode,
         summary=summary,
         problem="",
-        verifier_error=rewards is None,
+        verifier_error=False,
         steps=lines[:100],
         check=result.pk,
     )

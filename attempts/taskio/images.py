@@ -17,6 +17,8 @@ import hashlib
 import io
 import re
 import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
@@ -115,6 +117,41 @@ def _expand(image: str, args: dict[str, str]) -> str:
     return _VARIABLE.sub(value, image)
 
 
+@dataclass(frozen=True)
+class _Reference:
+    """An instruction that names an image: a `FROM`, or a `COPY --from=` (an ONBUILD one too)."""
+
+    copy: bool
+    prefix: str  # the instruction up to the image ("FROM --platform=x ", "COPY --from=")
+    written: str  # the image as the Dockerfile writes it
+    image: str  # as Docker reads it (a FROM's ARG defaults put in)
+    rest: str  # the instruction after the image
+    own: bool  # a stage of this Dockerfile, a stage number or `scratch`: no image at all
+
+
+def _references(dockerfile: str) -> Iterator[tuple[list[str], _Reference | None]]:
+    """Each instruction, as Docker reads it, with the image it names (None for the others)."""
+    args = _global_args(dockerfile)
+    stages: set[str] = set()
+    for physical, text in instructions(dockerfile):
+        copy = _COPY_FROM.match(text)
+        found = None if copy else _FROM.match(text)
+        if copy:
+            prefix, image, rest = copy.groups()
+            written = image
+        elif found:
+            prefix, flags, written, rest = found.groups()
+            prefix, image = prefix + flags, _expand(written, args)
+        else:
+            yield physical, None
+            continue
+        own = image in stages or not _plain_image(image)
+        alias = re.search(r"\bAS\s+(\S+)", rest, re.IGNORECASE) if found else None
+        if alias:
+            stages.add(alias.group(1))
+        yield physical, _Reference(bool(copy), prefix, written, image, rest, own)
+
+
 def rewrite_from(dockerfile: str, mapping: dict[str, str]) -> tuple[str, list[str]]:
     """The Dockerfile with its base images mapped to local ones, and what was mapped, read
     instruction by instruction as Docker reads it (continuations joined; `FROM $ARG` expanded
@@ -123,37 +160,23 @@ def rewrite_from(dockerfile: str, mapping: dict[str, str]) -> tuple[str, list[st
     another image). A stage name (`FROM base AS x`, then `FROM x` or `COPY --from=x`), a stage
     number and `scratch` are never mapped. A mapped `FROM` is followed by RESET_AFTER_STANDIN,
     whatever user and working folder the stand-in has."""
-    args = _global_args(dockerfile)
-    stages: set[str] = set()
     out, notes = [], []
-    for physical, text in instructions(dockerfile):
-        copy = _COPY_FROM.match(text)
-        if copy:
-            prefix, image, rest = copy.groups()
-            local = None if image in stages or image.isdigit() else mapping.get(image)
-            if local is not None and local != image:
-                out.append(f"{prefix}{local}{rest}")
-                notes.append(f"COPY --from={image} -> {local}")
-            else:
-                out.extend(physical)
-            continue
-        found = _FROM.match(text)
-        if not found:
+    for physical, ref in _references(dockerfile):
+        if ref is None:
             out.extend(physical)
             continue
-        prefix, flags, written, rest = found.groups()
-        image = _expand(written, args)
-        alias = re.search(r"\bAS\s+(\S+)", rest, re.IGNORECASE)
-        plain = image in stages or image == "scratch"  # `scratch` is no image: nothing to map
-        local = None if plain else mapping.get(image, mapping.get("*"))
-        if alias:
-            stages.add(alias.group(1))
-        if local is None or local == image:
-            out.extend(physical if image == written else [f"{prefix}{flags}{image}{rest}"])
+        default = None if ref.copy else mapping.get("*")
+        local = None if ref.own else mapping.get(ref.image, default)
+        if local is None or local == ref.image:
+            expanded = f"{ref.prefix}{ref.image}{ref.rest}"
+            out.extend(physical if ref.image == ref.written else [expanded])
             continue
-        out.append(f"{prefix}{flags}{local}{rest}")
-        out.extend(RESET_AFTER_STANDIN)
-        notes.append(f"FROM {written} -> {local}")
+        out.append(f"{ref.prefix}{local}{ref.rest}")
+        if ref.copy:
+            notes.append(f"COPY --from={ref.image} -> {local}")
+        else:
+            out.extend(RESET_AFTER_STANDIN)
+            notes.append(f"FROM {ref.written} -> {local}")
     return "\n".join(out) + "\n", notes
 
 
@@ -162,18 +185,10 @@ def images_named(dockerfile: str) -> list[str]:
     --from=`), read as Docker reads it; stage names and numbers left out, in order, each once;
     `scratch` is no image. A reference with a variable Docker would expand is named as it is
     written (no image has that name: the build is refused rather than tried)."""
-    args = _global_args(dockerfile)
-    stages: set[str] = set()
     named: list[str] = []
-    for _physical, text in instructions(dockerfile):
-        copy = _COPY_FROM.match(text)
-        found = None if copy else _FROM.match(text)
-        image = copy.group(2) if copy else _expand(found.group(3), args) if found else ""
-        if image and image not in stages and image not in named and _plain_image(image):
-            named.append(image)
-        alias = re.search(r"\bAS\s+(\S+)", found.group(4), re.IGNORECASE) if found else None
-        if alias:
-            stages.add(alias.group(1))
+    for _physical, ref in _references(dockerfile):
+        if ref is not None and not ref.own and ref.image not in named:
+            named.append(ref.image)
     return named
 
 
