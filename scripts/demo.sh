@@ -2,6 +2,7 @@
 # The demo: migrate, admin user, example tasks, a worker, a few attempts, the web server.
 # Run through `make demo`, which installs and starts everything this needs first.
 # BOLTZ_DEMO_ADDR: where the web server listens (default 127.0.0.1:8000).
+# BOLTZ_WORKER_WAIT: how long to wait at most for the workers to start (default 600 s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -36,9 +37,9 @@ fi
 stop worker
 nohup $PY manage.py run_worker > "$RUN/worker.log" 2>&1 &
 echo $! > "$RUN/worker.pid"
-ready() { [ "$(grep -c ' ready\.' "$RUN/worker.log")" -ge 3 ]; }  # all three workers of the host
-for _ in $(seq 1 60); do ready && break; sleep 0.5; done
-ready || { echo "boltz: the workers did not start; see $RUN/worker.log" >&2; exit 1; }
+# Until its three workers answer through Redis, as long as the machine needs (BOLTZ_WORKER_WAIT,
+# 600 s), with progress; when they do not, it says what failed with the log's last lines.
+$PY manage.py wait_for_workers "$(cat "$RUN/worker.pid")" --log "$RUN/worker.log" || exit 1
 echo "boltz: worker running (log: $RUN/worker.log)"
 
 stop beat

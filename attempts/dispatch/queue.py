@@ -73,6 +73,23 @@ def callbacks_queue() -> str:
     return f"{settings.BOLTZ_QUEUE}.callbacks"
 
 
+WORKER_ROLES = ("attempts", "host", "ops")  # the three workers `manage.py run_worker` starts
+
+
+def worker_names(pid: int, host: str) -> dict[str, str]:
+    """The Celery node name of each worker that the `run_worker` process `pid` starts."""
+    return {role: f"{role}-{pid}@{host}" for role in WORKER_ROLES}
+
+
+def answering_workers(names: list[str], *, timeout: float = 1.0) -> set[str]:
+    """Which of these Celery nodes answer a ping now (none when Redis cannot be reached)."""
+    try:
+        replies = app.control.ping(destination=names, timeout=timeout)
+    except SEND_ERRORS:
+        return set()
+    return {name for reply in replies or [] for name in reply}
+
+
 def attempts_queue(queue: str | None = None) -> str:
     """The queue a new attempt goes to (kept on its row, where `resend_lost` looks for it)."""
     return queue or settings.BOLTZ_QUEUE

@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from attempts.core.errors import InfrastructureError
 from attempts.dispatch.calls import requests_key
-from attempts.dispatch.queue import callbacks_queue, host_queue
+from attempts.dispatch.queue import callbacks_queue, host_queue, worker_names
 from attempts.run.docker import tools
 
 
@@ -44,6 +44,7 @@ class Command(BaseCommand):
             "--without-mingle",
             "--without-gossip",
         ]
+        names = worker_names(os.getpid(), host)
         workers = {
             "attempts": [
                 *base,
@@ -52,9 +53,9 @@ class Command(BaseCommand):
                 "-c",
                 str(capacity),
                 "-n",
-                f"attempts-{os.getpid()}@{host}",
+                names["attempts"],
             ],
-            "host": [*base, "-Q", host_queue(host), "-c", "1", "-n", f"host-{os.getpid()}@{host}"],
+            "host": [*base, "-Q", host_queue(host), "-c", "1", "-n", names["host"]],
             # API calls on live sandboxes (BOLTZ_OPS_CONCURRENCY threads of its own, so one
             # slow exec holds up no other call), the host's heartbeat, and callbacks.
             "ops": [
@@ -66,7 +67,7 @@ class Command(BaseCommand):
                 "-c",
                 "2",
                 "-n",
-                f"ops-{os.getpid()}@{host}",
+                names["ops"],
             ],
         }
         self.stdout.write(
