@@ -179,7 +179,7 @@ def run_worker(*, queue: str, host: str, capacity: int, env: dict[str, str] | No
             start_new_session=True,  # its own process group, so a test can kill it whole
         )
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # a loaded machine takes its time
         while log_path.read_bytes().count(b" ready.") < 3:  # all three workers of the host
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"the Celery worker did not start:\n{log_path.read_text()[-3000:]}")
