@@ -177,12 +177,19 @@ class FileInfo:
 
 @dataclass
 class DiffFile:
-    """One changed file: `status` (added, modified, deleted, renamed, ...) and line counts."""
+    """One changed file: `status` (added, modified, deleted, renamed, mode), line counts,
+    whether it is binary, git's modes of each side (100755: executable, 120000: a symbolic
+    link; "" where that side does not exist) and a rename's similarity in percent."""
 
     path: str = ""
     status: str = ""
     added: int = 0
     removed: int = 0
+    old_path: str = ""
+    binary: bool = False
+    old_mode: str = ""
+    new_mode: str = ""
+    similarity: int | None = None
     raw: dict[str, Any] = _raw()
 
     @classmethod

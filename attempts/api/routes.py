@@ -192,9 +192,13 @@ class Written(Schema):
 class DiffFileOut(Schema):
     path: str
     old_path: str
-    status: str
+    status: str  # added, deleted, renamed, modified, or mode (its mode alone changed)
     added: int
     removed: int
+    binary: bool = False
+    old_mode: str = ""  # git's: 100644, 100755 (executable), 120000 (link); "" if none
+    new_mode: str = ""
+    similarity: int | None = None  # a rename's, in percent
 
 
 class DiffOut(Schema):
@@ -523,6 +527,10 @@ def diff_sandbox(request, sandbox_id: int):
             "status": f.status,
             "added": f.added,
             "removed": f.removed,
+            "binary": f.binary,
+            "old_mode": f.old_mode,
+            "new_mode": f.new_mode,
+            "similarity": f.similarity,
         }
         for f in _diff_files(answer["patch"])
     ]

@@ -4,15 +4,19 @@ changes marked, syntax coloured with Pygments. Pure logic: text in, escaped HTML
 
 from __future__ import annotations
 
+import base64
+import binascii
 import codecs
 import difflib
 import functools
 import html
 import re
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import unidiff
+from django.template.defaultfilters import filesizeformat
 from django.utils.safestring import SafeString, mark_safe
 from pygments.lexers import get_lexer_for_filename
 from pygments.lexers.special import TextLexer
@@ -40,10 +44,14 @@ _STATUS_LABELS = {
     "added": "new",
     "deleted": "deleted",
     "renamed": "renamed",
-    "binary": "binary",
     "mode": "mode",
     "modified": "modified",
 }
+# git's file modes: what kind of file each side of a change is.
+LINK_MODE = "120000"
+SUBMODULE_MODE = "160000"
+# A link's target is shown up to this many characters.
+MAX_TARGET_CHARS = 300
 
 
 @dataclass
@@ -51,7 +59,9 @@ class DiffFile:
     index: int
     old_path: str
     new_path: str
-    status: str  # added | deleted | renamed | modified | binary | mode
+    # What happened to the path: added | deleted | renamed | modified | mode (its mode alone).
+    # A binary file has one of these too, and `binary` set.
+    status: str
     added: int
     removed: int
     lines: int
@@ -59,6 +69,16 @@ class DiffFile:
     # Where the file's part of the whole patch is (bytes), when it is read from storage.
     start: int = 0
     size: int = 0
+    # git's modes of each side ("" where that side does not exist or the patch does not say):
+    # 100644 a file, 100755 an executable one, 120000 a symbolic link, 160000 a submodule.
+    old_mode: str = ""
+    new_mode: str = ""
+    similarity: int | None = None  # a rename's, in percent (100: the content is unchanged)
+    binary: bool = False
+    old_bytes: int | None = None  # a binary file's sizes, when its patch carries them
+    new_bytes: int | None = None
+    old_target: str = ""  # a symbolic link's target on each side (cut at MAX_TARGET_CHARS)
+    new_target: str = ""
 
     @property
     def is_big(self) -> bool:
@@ -73,13 +93,110 @@ class DiffFile:
         return self.lines > LARGE_FILE_LINES
 
     @property
+    def is_link(self) -> bool:
+        return LINK_MODE in (self.old_mode, self.new_mode)
+
+    @property
+    def mode_changed(self) -> bool:
+        """Both sides exist and their modes differ (not a link becoming a file: git writes
+        that as a deletion and an addition)."""
+        return bool(self.old_mode and self.new_mode and self.old_mode != self.new_mode)
+
+    @property
+    def shows_lines(self) -> bool:
+        """Does the file's diff have lines to show side by side?"""
+        return not self.binary and bool(self.added or self.removed)
+
+    @property
+    def notes(self) -> list[str]:
+        """What the file header says besides its path, as a code host says it (plain text:
+        templates escape it; link targets are the agent's)."""
+        notes = []
+        if self.status == "renamed":
+            unchanged = self.similarity == 100 or (
+                self.similarity is None and not self.shows_lines and not self.binary
+            )
+            how = (
+                "content unchanged"
+                if unchanged
+                else f"{self.similarity}% similar"
+                if self.similarity is not None
+                else ""
+            )
+            notes.append(f"renamed from {self.old_path}" + (f", {how}" if how else ""))
+        if self.mode_changed:
+            notes.append(f"mode {self.old_mode} → {self.new_mode}")
+        elif self.status == "added" and self.new_mode not in ("", "100644", LINK_MODE):
+            notes.append(f"mode {self.new_mode}")
+        if self.is_link:
+            old = self.old_target if self.old_mode == LINK_MODE else ""
+            new = self.new_target if self.new_mode == LINK_MODE else ""
+            if self.status == "deleted":
+                notes.append(f"symlink → {old}" if old else "symlink")
+            elif new and old and new != old:
+                notes.append(f"symlink → {new} (was → {old})")
+            elif new:
+                notes.append(f"symlink → {new}")
+            elif old:  # a link that became a file in place (a mode change)
+                notes.append(f"was a symlink → {old}")
+        if SUBMODULE_MODE in (self.old_mode, self.new_mode):
+            notes.append("submodule")
+        if self.binary:
+            notes.append(self.binary_note)
+        return notes
+
+    @property
+    def binary_note(self) -> str:
+        """'Binary file not shown', with its sizes where the patch says them."""
+
+        def size(n: int | None) -> str:
+            return filesizeformat(n).replace("\xa0", " ")
+
+        known = {"added": self.new_bytes, "deleted": self.old_bytes}
+        if self.status in known:
+            n = known[self.status]
+            return "Binary file not shown" + (f" ({size(n)})" if n is not None else "")
+        if self.old_bytes is not None and self.new_bytes is not None:
+            old, new = size(self.old_bytes), size(self.new_bytes)
+            if old == new:  # rounded alike: the exact counts say what changed
+                old, new = str(self.old_bytes), f"{self.new_bytes} bytes"
+            return f"Binary file not shown ({old} → {new})"
+        return "Binary file not shown"
+
+    @property
+    def no_lines_note(self) -> str:
+        """What stands in for the side-by-side rows of a file that has none ('' if it has)."""
+        if self.shows_lines:
+            return ""
+        if self.binary:
+            return self.binary_note + ": the bundle's changes.patch carries its contents."
+        if self.status == "renamed":
+            return "File renamed without changes."
+        if self.status == "mode":
+            return "File mode changed; the content is unchanged."
+        if self.status == "added":
+            return "Empty file."
+        if self.status == "deleted":
+            return "Empty file deleted."
+        return "No lines changed."
+
+    @property
     def marks(self) -> SafeString:
-        """Status badge and +/- counts (no agent text in it: status and numbers only)."""
+        """Status badges and +/- counts (no agent text in it: fixed words and numbers only)."""
         label = _STATUS_LABELS.get(self.status, "modified")
-        return mark_safe(  # noqa: S308 - fixed words and integers only
-            f'<span class="badge file-{self.status}">{label}</span> '
-            f'<span class="plus">+{self.added}</span> <span class="minus">−{self.removed}</span>'
-        )
+        badges = [f'<span class="badge file-{self.status}">{label}</span>']
+        if self.mode_changed and self.status != "mode":
+            badges.append('<span class="badge file-mode">mode</span>')
+        if self.is_link:
+            badges.append('<span class="badge file-link">symlink</span>')
+        if self.binary:
+            badges.append('<span class="badge file-binary">binary</span>')
+        else:
+            badges.append(
+                f'<span class="plus">+{self.added}</span> '
+                f'<span class="minus">−{self.removed}</span>'
+            )
+        return mark_safe(" ".join(badges))  # noqa: S308 - fixed words and integers only
 
 
 @dataclass
@@ -117,33 +234,141 @@ def first_file(text: str, *, metadata_only: bool = False) -> unidiff.PatchedFile
     return files[0]
 
 
-def describe(index: int, chunk: str, added: int, removed: int, lines: int) -> DiffFile:
-    """A file's paths and status from its part of a git diff (its header is enough), with
-    the +/- counts and line count given."""
+# Where a file's header ends: its first hunk, or its binary patch.
+_BODY_START = re.compile(r"^(?:@@ |GIT binary patch$)", re.MULTILINE)
+_SIMILARITY = re.compile(r"^similarity index (\d{1,3})%$", re.MULTILINE)
+_BINARY_BLOCK = re.compile(r"^(literal|delta) (\d+)$")
+# git's base85 line: its first character says how many bytes the line holds.
+_B85_LENGTHS = {
+    c: n for n, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz", 1)
+}
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """A size in a git delta's header (7 bits a byte, low bits first): (value, next offset)."""
+    value = shift = 0
+    while at < len(data):
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        at += 1
+        shift += 7
+        if not byte & 0x80:
+            return value, at
+    raise ValueError("a cut delta header")
+
+
+def _delta_sizes(line: str) -> tuple[int, int] | None:
+    """The (source, target) sizes a git binary delta starts with, from its first base85 line
+    (zlib-compressed: the first bytes decompress alone). None when the line is no such thing."""
+    line = line.rstrip("\n")
+    n = _B85_LENGTHS.get(line[:1])
+    if n is None:
+        return None
     try:
-        patched = first_file(chunk, metadata_only=True)
+        packed = base64.b85decode(line[1:])[:n]
+        head = zlib.decompressobj().decompress(packed, 32)
+        source, at = _varint(head, 0)
+        target, _ = _varint(head, at)
+    except (ValueError, binascii.Error, zlib.error):
+        return None
+    return source, target
+
+
+def binary_sizes(body: str) -> tuple[int | None, int | None]:
+    """A binary patch's (old, new) sizes in bytes, where it says them: `literal N` is the
+    whole file on that side; a delta's header names both. git writes the forward block (old to
+    new) and then the reverse one. The size of an absent side is None."""
+    blocks: list[tuple[str, int, str]] = []
+    lines = body.split("\n")
+    for i, line in enumerate(lines):
+        match = _BINARY_BLOCK.match(line)
+        if match:
+            blocks.append((match[1], int(match[2]), lines[i + 1] if i + 1 < len(lines) else ""))
+    old = new = None
+    for n, (kind, size, first) in enumerate(blocks[:2]):
+        forward = n == 0
+        if kind == "literal":
+            if forward:
+                new = size
+            else:
+                old = size
+        elif (sizes := _delta_sizes(first)) is not None:
+            source, target = sizes if forward else sizes[::-1]
+            old, new = source, target
+    return old, new
+
+
+def _link_targets(body: str) -> tuple[str, str]:
+    """A symbolic link's old and new targets from its hunk (each its `-` / `+` lines)."""
+    old, new = [], []
+    for line in body.split("\n"):
+        if line.startswith("@@ ") or line.startswith("\\"):
+            continue
+        if line[:1] == "-":
+            old.append(line[1:])
+        elif line[:1] == "+":
+            new.append(line[1:])
+
+    def cut(parts: list[str]) -> str:
+        text = "\n".join(parts)
+        return text[:MAX_TARGET_CHARS] + ("…" if len(text) > MAX_TARGET_CHARS else "")
+
+    return cut(old), cut(new)
+
+
+def describe(index: int, chunk: str, added: int, removed: int, lines: int) -> DiffFile:
+    """A file's paths, status, modes, rename similarity, binary sizes and link targets from
+    its part of a git diff (its header, plus the first lines of its body for a binary file or
+    a link), with the +/- counts and line count given."""
+    body_at = _BODY_START.search(chunk)
+    header, body = (chunk[: body_at.start()], chunk[body_at.start() :]) if body_at else (chunk, "")
+    try:
+        patched = first_file(header, metadata_only=True)
     except unidiff.UnidiffParseError:
         raise unidiff.UnidiffParseError(
             f"file {index + 1} of the diff could not be parsed"
         ) from None
     old, new = _strip_prefix(patched.source_file), _strip_prefix(patched.target_file)
-    header = chunk.split("\n", 1)[0]
+    first_line = chunk.split("\n", 1)[0]
     if not old and not new:  # mode-only or binary without ---/+++ lines: use the header
-        match = re.match(r"diff --git a/(.*) b/(.*)", header)
-        old = new = match.group(2) if match else header
-    if patched.is_binary_file:
-        status = "binary"
-    elif patched.is_added_file:
-        status = "added"
+        match = re.match(r"diff --git a/(.*) b/(.*)", first_line)
+        old = new = match.group(2) if match else first_line
+    binary = patched.is_binary_file or body.startswith("GIT binary patch")
+    old_mode, new_mode = patched.source_mode or "", patched.target_mode or ""
+    if patched.is_added_file:
+        status, old_mode = "added", ""
     elif patched.is_removed_file:
-        status = "deleted"
+        status, new_mode = "deleted", ""
     elif patched.is_rename:
         status = "renamed"
-    elif not added and not removed:
+    elif not added and not removed and not binary and old_mode != new_mode:
         status = "mode"
     else:
         status = "modified"
-    return DiffFile(index, old or new, new or old, status, added, removed, lines, "")
+    similarity = _SIMILARITY.search(header)
+    f = DiffFile(
+        index,
+        old or new,
+        new or old,
+        status,
+        added,
+        removed,
+        lines,
+        "",
+        old_mode=old_mode,
+        new_mode=new_mode,
+        similarity=int(similarity[1]) if similarity else None,
+        binary=binary,
+    )
+    if binary:
+        f.old_bytes, f.new_bytes = binary_sizes(body)
+        if status == "added":
+            f.old_bytes = None
+        elif status == "deleted":
+            f.new_bytes = None
+    elif f.is_link:
+        f.old_target, f.new_target = _link_targets(body)
+    return f
 
 
 def split_files(diff: str) -> list[DiffFile]:
@@ -172,7 +397,17 @@ def index_patch(lines: Iterable[bytes]) -> list[DiffFile]:
     50 MB file costs one pass and no memory."""
     files: list[DiffFile] = []
     header: list[bytes] = []
-    state = {"start": 0, "added": 0, "removed": 0, "lines": 0, "in_hunks": False}
+    # Past the header, `keep` lines more are kept: a binary patch's block lines and the first
+    # data line of each (its sizes), a link's hunk (its targets).
+    state = {
+        "start": 0,
+        "added": 0,
+        "removed": 0,
+        "lines": 0,
+        "in_hunks": False,
+        "keep": 0,
+        "binary": False,
+    }
     offset = 0
 
     def close(end: int) -> None:
@@ -192,22 +427,34 @@ def index_patch(lines: Iterable[bytes]) -> list[DiffFile]:
         if line.startswith(b"diff --git "):
             close(offset)
             header = [line]
-            state.update(start=offset, added=0, removed=0, lines=1, in_hunks=False)
+            state.update(
+                start=offset, added=0, removed=0, lines=1, in_hunks=False, keep=0, binary=False
+            )
         elif not header:
             if line.strip():
                 raise unidiff.UnidiffParseError("the diff does not start with a file header")
         else:
             state["lines"] += 1
             if state["in_hunks"]:
-                if line[:1] == b"+":
+                if state["binary"]:
+                    if _BINARY_BLOCK.match(line.decode("ascii", "replace").rstrip("\n")):
+                        state["keep"] = 2  # the block's line and its first data line
+                elif line[:1] == b"+":
                     state["added"] += 1
                 elif line[:1] == b"-":
                     state["removed"] += 1
+                if state["keep"] > 0:
+                    state["keep"] -= 1
+                    cap = MAX_TARGET_CHARS * 4
+                    header.append(line if len(line) <= cap else line[:cap] + b"\n")
             elif line.startswith(b"@@ "):
-                state["in_hunks"] = True
+                state["in_hunks"], state["binary"] = True, False
+                if any(LINK_MODE.encode() in h for h in header[1:]):
+                    state["keep"] = 16  # a link's hunk: its target, old and new
+                header.append(line)
             elif line.startswith(b"GIT binary patch"):
                 header.append(line)
-                state["in_hunks"] = True  # its literal data is no header
+                state["in_hunks"], state["binary"] = True, True  # its data is no header
             else:
                 header.append(line)
         offset += len(line)
@@ -426,7 +673,7 @@ def plan_page(files: list[DiffFile], budget: int = PAGE_LINE_BUDGET) -> list[tup
     """Which files render inline (True) and which load on request (False)."""
     plan, used = [], 0
     for f in files:
-        inline = not f.is_large and f.status != "binary" and used + f.lines <= budget
+        inline = not f.is_large and f.shows_lines and used + f.lines <= budget
         if inline:
             used += f.lines
         plan.append((f, inline))

@@ -5,6 +5,7 @@ page is bounded."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import unidiff
@@ -34,12 +35,18 @@ class Side:
     attempt: Attempt
     files: dict[str, DiffFile] = field(default_factory=dict)
     error: str = ""
+    # Paths whose kind changed (a link replaced by a file, or the reverse): git writes them as a
+    # deletion and an addition of the same path; `files` keeps the addition.
+    retyped: set[str] = field(default_factory=set)
 
 
 def _side(attempt: Attempt) -> Side:
     side = Side(attempt)
     try:
-        side.files = {f.path: f for f in patches.patch_files(attempt)}
+        for f in patches.patch_files(attempt):
+            if f.path in side.files:
+                side.retyped.add(f.path)
+            side.files[f.path] = f
     except unidiff.UnidiffParseError as exc:
         side.error = str(exc)
     return side
@@ -65,8 +72,12 @@ def final_files(a: Side, b: Side, path: str) -> dict:
     ta, tb = _text(a, fa), _text(b, fb)
     if ta is not None and tb is not None and _body(ta) == _body(tb):
         return {"same": True}
+    retyped = [side.attempt.number for side in (a, b) if path in side.retyped]
+    if retyped:
+        which = " and ".join(f"#{n}" for n in retyped)
+        return {"note": f"a link replaced by a file, or a file by a link, in {which}"}
     statuses = {fa.status if fa else "", fb.status if fb else ""}
-    if "binary" in statuses:
+    if (fa and fa.binary) or (fb and fb.binary):
         return {"note": "binary: the final files differ"}
     absent = ""
     if fa is None and fb.status == "added":
@@ -79,9 +90,23 @@ def final_files(a: Side, b: Side, path: str) -> dict:
         text = interdiff.final_diff(path, ta, tb, absent=absent)
     except (unidiff.UnidiffParseError, IndexError, KeyError):
         return {"note": "the two changes could not be set against each other"}
+    modes = _modes_note(a, b, fa, fb)
     if not text:
-        return {"same": True}
-    return {"diff": diffview.split_files(text)[0]}
+        return {"note": modes} if modes else {"same": True}
+    return {"diff": diffview.split_files(text)[0], **({"note": modes} if modes else {})}
+
+
+def _modes_note(a: Side, b: Side, fa: DiffFile | None, fb: DiffFile | None) -> str:
+    """'' when both final files have the same mode; else what each one's is."""
+
+    def final(f: DiffFile | None) -> str:
+        return f.new_mode if f is not None and f.mode_changed else ""  # "": the base's
+
+    ma, mb = final(fa), final(fb)
+    if ma == mb:
+        return ""
+    said = [f"mode {m or 'as the base'} in #{s.attempt.number}" for m, s in ((ma, a), (mb, b))]
+    return "; ".join(said)
 
 
 def _moved_note(a: Side, b: Side, fa: DiffFile | None, fb: DiffFile | None) -> str:
@@ -98,7 +123,7 @@ def _moved_note(a: Side, b: Side, fa: DiffFile | None, fb: DiffFile | None) -> s
 
 def _rows(f: DiffFile) -> tuple[object, bool]:
     text, clipped = diffview.clip_file_text(f.text)
-    shown = DiffFile(f.index, f.old_path, f.new_path, f.status, f.added, f.removed, f.lines, text)
+    shown = dataclasses.replace(f, text=text)
     try:
         return diffview.rows_html(diffview.side_by_side(shown)), clipped
     except (unidiff.UnidiffParseError, IndexError):
@@ -207,7 +232,7 @@ def compare(request, slug):
         for side in sides if not item["same"] else sides[:1]:
             f = side.files.get(path)
             entry = {"attempt": side.attempt, "file": f, "rows": None, "text": "", "lazy": False}
-            if f is not None and f.status != "binary":
+            if f is not None and f.shows_lines:
                 if not f.is_large and base_used + f.lines <= LINE_BUDGET:
                     base_used += f.lines
                     entry["rows"], entry["text"], entry["clipped"] = patches.rendered(

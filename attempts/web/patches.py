@@ -22,7 +22,7 @@ from attempts.models import Attempt
 
 # Below this many bytes the database copy is the whole patch and is parsed as it is.
 SMALL_PATCH_BYTES = 2 * 1024 * 1024
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: modes, similarity, binary sizes and link targets
 
 
 def _stored(attempt: Attempt) -> bool:
