@@ -56,6 +56,23 @@ _DIFF_LINES = [
     "Binary files a/x and b/x differ",
     "GIT binary patch",
     "literal 0",
+    # modes, renames, links and binary blocks as git writes them, and ones it never would
+    "new file mode 120000",
+    "deleted file mode 120000",
+    "new file mode 100755",
+    "old mode 120000",
+    "new mode 160000",
+    "index 0000000..1111111 120000",
+    "similarity index 100%",
+    "similarity index 999%",
+    "literal 99999999999999999999",
+    "delta 209",
+    "delta 7",
+    "zcmV;?051Qy7l0YCxC?({>K5m?qW$Qh-hj!{z|h!xLSpjgxk&)<7I6_}I0M$2t->@^",
+    "OcmZpW+#$YU2R8r<oC4ec",
+    "HcmV?d00001",
+    "zzzzzzzzzzzzz",
+    "+" + "t" * 400,
     "",
 ]
 diff_texts = st.one_of(
@@ -79,10 +96,23 @@ def test_a_diff_is_files_or_a_parse_error(text):
         indexed = None
     if files is not None and indexed is not None:
         assert [f.path for f in files] == [f.path for f in indexed]
+    if files is not None and indexed is not None:
+        # What a header says (modes, rename, link target, binary sizes) is the same both ways.
+        assert [(f.status, f.notes) for f in files] == [(f.status, f.notes) for f in indexed]
     for f in files or []:
         assert f.added >= 0 and f.removed >= 0 and f.status in diffview._STATUS_LABELS
+        assert all(isinstance(note, str) for note in f.notes)
+        assert isinstance(f.marks, str) and isinstance(f.no_lines_note, str)
+        assert len(f.old_target) <= diffview.MAX_TARGET_CHARS + 1
         with contextlib.suppress(unidiff.UnidiffParseError):
             diffview.rows_html(diffview.side_by_side(f))
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(diff_texts)
+def test_a_binary_patchs_sizes_are_numbers_or_unknown(text):
+    for size in diffview.binary_sizes(text):
+        assert size is None or size >= 0
 
 
 @settings(max_examples=EXAMPLES, deadline=None)

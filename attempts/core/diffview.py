@@ -50,8 +50,9 @@ _STATUS_LABELS = {
 # git's file modes: what kind of file each side of a change is.
 LINK_MODE = "120000"
 SUBMODULE_MODE = "160000"
-# A link's target is shown up to this many characters.
+# A link's target is shown up to this many characters, read from its hunk's first lines.
 MAX_TARGET_CHARS = 300
+_LINK_LINES = 16
 
 
 @dataclass
@@ -301,7 +302,7 @@ def binary_sizes(body: str) -> tuple[int | None, int | None]:
 def _link_targets(body: str) -> tuple[str, str]:
     """A symbolic link's old and new targets from its hunk (each its `-` / `+` lines)."""
     old, new = [], []
-    for line in body.split("\n"):
+    for line in body.split("\n")[: 1 + _LINK_LINES]:  # as many as index_patch keeps
         if line.startswith("@@ ") or line.startswith("\\"):
             continue
         if line[:1] == "-":
@@ -450,7 +451,7 @@ def index_patch(lines: Iterable[bytes]) -> list[DiffFile]:
             elif line.startswith(b"@@ "):
                 state["in_hunks"], state["binary"] = True, False
                 if any(LINK_MODE.encode() in h for h in header[1:]):
-                    state["keep"] = 16  # a link's hunk: its target, old and new
+                    state["keep"] = _LINK_LINES  # a link's hunk: its target, old and new
                 header.append(line)
             elif line.startswith(b"GIT binary patch"):
                 header.append(line)
