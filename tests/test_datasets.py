@@ -257,11 +257,134 @@ def test_unknown_formats_and_flavours_are_refused_listing_the_valid_ones(task, t
         call_command("export_task", "t", "--format", "sft", "--flavour", "chatml", "-o", "-")
 
 
-def test_a_filter_matching_nothing_writes_an_empty_file_and_says_so(task, tmp_path, capsys):
+def test_an_empty_export_says_which_filter_or_rule_removed_what(task, tmp_path, capsys):
     out = tmp_path / "empty.jsonl"
-    call_command("export_task", "t", "--format", "sft", "--agent", "nobody", "-o", str(out))
-    assert out.read_bytes() == b""
-    assert "no attempt of t matched: wrote an empty sft (openai) file" in capsys.readouterr().out
+
+    def said(*args) -> str:
+        capsys.readouterr()
+        call_command("export_task", "t", *args, "-o", str(out))
+        assert out.read_bytes() == b"", args
+        return capsys.readouterr().out
+
+    assert "3 attempt(s) of t, none matched --agent nobody: wrote an empty sft (openai) file" in (
+        said("--format", "sft", "--agent", "nobody")
+    )
+    # only oracle runs left: the option that keeps them is named
+    assert "2 attempt(s) matched, all oracle runs (noop): add --include-oracles" in said(
+        "--format", "rl", "--agent", "noop"
+    )
+    # sft keeps passed attempts: says none passed, and what keeps the others
+    assert "none passed" in said("--format", "sft", "--outcome", "failed", "--include-oracles")
+    Attempt.objects.create(task=task, number=4, agent="mine", agent_command="ls")
+    kto = ("--format", "pairs", "--flavour", "kto", "--agent", "mine")
+    assert "no attempt of task t has finished (1 matched, none ended yet)" in said(*kto)
+    Attempt.objects.all().delete()
+    assert "task t has no attempts yet" in said("--format", "pairs")
+
+
+def _wrote(task, number: int, events: list[tuple[str, dict]], **fields) -> Attempt:
+    """A finished, passed attempt of an API agent whose timeline holds `events` (kind, data)."""
+    values = {"agent": "api-bot", "status": "finished", "outcome": "passed", "score": 1.0}
+    attempt = Attempt.objects.create(task=task, number=number, **{**values, **fields})
+    for seq, (kind, data) in enumerate(events, start=1):
+        Event.objects.create(attempt=attempt, seq=seq, kind=kind, actor="agent", data=data)
+    return attempt
+
+
+def test_an_api_clients_file_writes_uploads_and_deletes_are_shell_calls_in_every_format(
+    task, tmp_path
+):
+    from attempts.core.file_actions import RECORDED_FILE_BYTES, content_record
+
+    fix = "def add(a, b):\n    return a + b\nBOLTZ_EOF\n"  # a line equal to the marker
+    big = b"x" * (RECORDED_FILE_BYTES + 1000)
+    _wrote(
+        task,
+        4,
+        [
+            ("file", {"action": "read", "path": "calc.py", "bytes": 10}),
+            (
+                "file",
+                {
+                    "action": "write",
+                    "path": "src/calc.py",
+                    "mode": 0o755,
+                    **content_record(fix.encode()),
+                },
+            ),  # fmt: skip
+            ("file", {"action": "write", "path": "blob.bin", **content_record(b"\xff\x00ok")}),
+            ("file", {"action": "write", "path": "big.txt", **content_record(big)}),
+            (
+                "file",
+                {
+                    "action": "upload",
+                    "path": "pkg",
+                    "files": 2,
+                    "omitted_entries": 0,
+                    "entries": [
+                        {"path": "d", "type": "dir"},
+                        {
+                            "path": "d/x.py",
+                            "type": "file",
+                            "mode": 0o644,
+                            **content_record(b"X = 1\n"),
+                        },
+                    ],
+                },
+            ),  # fmt: skip
+            ("file", {"action": "delete", "path": "old file.py"}),
+            ("message", {"role": "assistant", "text": "Wrote the fix."}),
+        ],
+    )
+    rows = export(tmp_path, "--format", "sft", "--flavour", "hf")
+    [row] = [r for r in rows if r["metadata"]["attempt_id"] == Attempt.objects.get(number=4).pk]
+    calls = [m["tool_calls"][0]["function"]["arguments"]["command"] for m in row["messages"]
+             if m["tool_calls"]]  # fmt: skip
+    assert len(calls) == 5  # the read changes nothing and is left out
+    assert calls[0] == (
+        "mkdir -p src\ncat > src/calc.py <<'BOLTZ_EOF_1'\n"
+        + fix
+        + "BOLTZ_EOF_1\nchmod 755 src/calc.py"
+    )
+    assert calls[1].startswith("base64 -d > blob.bin <<'BOLTZ_EOF'\n/wBvaw==\n")
+    assert calls[2].endswith(
+        "# [Boltz: 1000 of the 66536 bytes of big.txt are not shown; the first 65536 are]"
+    )
+    assert "mkdir -p pkg/d" in calls[3] and "cat > pkg/d/x.py <<'BOLTZ_EOF'\nX = 1\n" in calls[3]
+    assert calls[4] == "rm -rf -- 'old file.py'"
+    assert row["messages"][-1]["content"] == "Wrote the fix."
+    meta = row["metadata"]
+    assert "file_writes" in meta["synthetic"]
+    assert meta["files_cut"] == [4]  # the big file's call: a turn index, as cut_off
+    # every message has the same keys, typed the same (the files of any tasks load together)
+    for m in row["messages"]:
+        assert list(m) == ["role", "content", "tool_calls", "tool_call_id", "name"], m
+        assert isinstance(m["content"], str) and isinstance(m["name"], str)
+    for fmt in (("rl",), ("pairs", "--flavour", "kto"), ("sft",)):
+        assert "cat > src/calc.py" in json.dumps(export(tmp_path, "--format", *fmt)), fmt
+
+
+def test_a_command_agents_uploaded_script_is_shown_with_its_contents(task, tmp_path):
+    from attempts.services.attempts import attempt_create
+
+    script = b"sed -i 's/a - b/a + b/' calc.py\necho sk-live-0123456789abcdef\n"
+    attempt = attempt_create(
+        task=task, agent="command", command="sh $BOLTZ_AGENT_DIR/fix.sh", files={"fix.sh": script}
+    )
+    Attempt.objects.filter(pk=attempt.pk).update(
+        status="finished", outcome="passed", score=1.0, agent_env={"K": "sk-live-0123456789abcdef"}
+    )
+    end = {"phase": "end", "command": "sh $BOLTZ_AGENT_DIR/fix.sh", "exec": 1, "exit_code": 0}
+    seq = attempt.events.count() + 1  # after the lifecycle events its creation added
+    Event.objects.create(attempt=attempt, seq=seq, kind="exec", actor="agent", data=end)
+    [row] = [r for r in export(tmp_path, "--format", "rl") if r["attempt_id"] == attempt.pk]
+    command = row["completion"][0]["tool_calls"][0]["function"]["arguments"]["command"]
+    assert command == (
+        "mkdir -p /tmp/boltz/agent\ncat > /tmp/boltz/agent/fix.sh <<'BOLTZ_EOF'\n"
+        "sed -i 's/a - b/a + b/' calc.py\necho [redacted]\nBOLTZ_EOF\n"
+        "sh $BOLTZ_AGENT_DIR/fix.sh"
+    )
+    assert "agent_files" in row["synthetic"]
 
 
 def test_exports_are_recorded(task, tmp_path):

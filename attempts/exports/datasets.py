@@ -188,5 +188,55 @@ def write_export(attempts: QuerySet[Attempt], spec: ExportSpec, out, meta=None) 
     return count
 
 
+def why_empty(
+    *,
+    slug: str,
+    task_attempts: QuerySet[Attempt],
+    matched: QuerySet[Attempt],
+    spec: ExportSpec,
+    filters: dict,
+) -> str:
+    """Why an export of a task wrote no example, naming the filter or rule that removed what:
+    `task_attempts` are all the task's attempts, `matched` those the filters kept."""
+    total, count = task_attempts.count(), matched.count()
+    if total == 0:
+        return f"task {slug} has no attempts yet"
+    if count == 0:
+        given = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in filters.items() if v)
+        return f"{total} attempt(s) of {slug}, none matched {given}"
+    if not spec.include_oracles:
+        agents = sorted(set(matched.values_list("agent", flat=True)))
+        if set(agents) <= set(ORACLES):
+            return (
+                f"{count} attempt(s) matched, all oracle runs ({', '.join(agents)}): "
+                "add --include-oracles"
+            )
+        matched = matched.exclude(agent__in=ORACLES)
+    finished = matched.exclude(outcome="")
+    if not finished.exists():
+        return f"no attempt of task {slug} has finished ({count} matched, none ended yet)"
+    if spec.fmt == "sft" and not spec.include_all:
+        if spec.min_score is not None:
+            if not finished.filter(score__gte=spec.min_score).exists():
+                return (
+                    f"{finished.count()} finished attempt(s), none scored {spec.min_score:g} or "
+                    "more: lower --min-score, or --include-all keeps them with weight 0"
+                )
+        elif not finished.filter(outcome="passed").exists():
+            return (
+                f"{finished.count()} finished attempt(s), none passed (sft keeps passed ones): "
+                "--min-score X or --include-all keeps others"
+            )
+    if spec.fmt == "pairs" and spec.flavour == "dpo":
+        return (
+            f"{finished.count()} finished attempt(s), but no group holds a passed attempt and "
+            "one that scored lower: DPO pairs need both (kto takes single attempts)"
+        )
+    return (
+        f"{finished.count()} finished attempt(s), none usable: each is masked (an infrastructure "
+        "error, cancelled, unscored) or took no action (see the rl format's mask_reason)"
+    )
+
+
 def _encode(line: dict) -> bytes:
     return json.dumps(line, ensure_ascii=False).encode() + b"\n"

@@ -90,6 +90,7 @@ class Example:
             "synthetic": list(convo.synthetic),
             "replaced_utf8": list(convo.replaced_utf8),
             "cut_off": list(convo.cut_off),
+            "files_cut": list(convo.files_cut),
             "dropped_messages": convo.dropped,
             "tampered": a.tampered,
             "tamper": tamper_record(a),
@@ -148,6 +149,7 @@ def _rl(example: Example, spec) -> dict:
         "synthetic": list(example.convo.synthetic),
         "replaced_utf8": list(example.convo.replaced_utf8),
         "cut_off": list(example.convo.cut_off),
+        "files_cut": list(example.convo.files_cut),
     }
 
 

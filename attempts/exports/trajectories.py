@@ -2,11 +2,15 @@
 
 What the agent really did, from its timeline: the messages it posted (as it sent them), each
 command it ran as a `shell` tool call with its result, a command an infrastructure failure cut
-off with its partial output (marked), output that was not UTF-8 (flagged where it was replaced).
-What Boltz made up (the system prompt and the `shell` tool of a command agent) is named in
+off with its partial output (marked), output that was not UTF-8 (flagged where it was replaced),
+and each file it wrote, uploaded or deleted without a command (an API client's) as the `shell`
+command that does the same (core/file_actions.py). What Boltz made up (the system prompt and the
+`shell` tool of a command agent, the commands that stand for file writes) is named in
 `synthetic`. The reference agent's call carries the action it really took (the patch, or the
-solution script) rather than the path of a file it was given. Every text passes through the
-attempt's redaction, so no secret value leaves. Pure logic over the database.
+solution script) rather than the path of a file it was given, and a command agent's call the
+files it was uploaded with. Every text passes through the attempt's redaction, so no secret
+value leaves. Every message has the same keys with the same types (MESSAGE_KEYS), so the files
+of any tasks load together. Pure logic over the database.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import re
 import tarfile
 from dataclasses import dataclass, field
 
-from attempts.core import redaction
+from attempts.core import file_actions, redaction
 from attempts.core.agents import AGENT_DIR, PATCH_COMMAND, PATCH_FILE
 from attempts.core.capture import summary_text
 from attempts.core.storage import read_stored
@@ -45,6 +49,21 @@ SHELL_TOOL = {
 }
 ORACLES = ("reference", "noop")
 ROLES = ("system", "user", "assistant")
+# Every message (hf style) has these keys, typed the same in every line: a key missing in one
+# task's file, or typed null there, keeps `datasets` from loading it with another task's.
+MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
+FILE_ACTIONS = ("write", "upload", "delete")
+
+
+def message(role: str, content: str, *, tool_calls=None, tool_call_id="", name="") -> dict:
+    """A chat message with every key of MESSAGE_KEYS (no tool calls: null)."""
+    return {
+        "role": role,
+        "content": content,
+        "tool_calls": tool_calls or None,
+        "tool_call_id": tool_call_id,
+        "name": name,
+    }
 
 
 @dataclass
@@ -54,6 +73,7 @@ class Conversation:
     synthetic: list[str] = field(default_factory=list)  # what Boltz made up
     replaced_utf8: list[int] = field(default_factory=list)  # turn indices with replaced bytes
     cut_off: list[int] = field(default_factory=list)  # turn indices of commands cut off
+    files_cut: list[int] = field(default_factory=list)  # turn indices of writes shown cut
     dropped: int = 0  # messages with a role no trainer knows
 
     @property
@@ -68,12 +88,12 @@ class Conversation:
         return turns
 
 
-def redaction_for(attempt: Attempt):
+def redaction_for(attempt: Attempt) -> redaction.Redactor:
     """The attempt's secrets (redaction.secrets_of: kept out of its timeline already; again
     here, for timelines recorded before), and its container id and worker host (those belong
     to the attempts format only)."""
     where = [attempt.container_id, attempt.container_id[:12], attempt.host]
-    return redaction.Redactor([*redaction.secrets_of(attempt), *where]).text
+    return redaction.Redactor([*redaction.secrets_of(attempt), *where])
 
 
 def policy_of(attempt: Attempt) -> str:
@@ -107,27 +127,65 @@ def _tool_text(data: dict, *, cut_off: bool, redact) -> tuple[str, bool]:
     return redact(f"[{exec_verdict(data)[1]}]\n{output}"), replaced
 
 
-def _real_action(attempt: Attempt, command: str) -> str:
-    """The command the agent's step really amounted to, where it ran a file Boltz gave it."""
-    task = attempt.task
-    if attempt.agent_command == PATCH_COMMAND:
-        patch = read_stored(attempt.agent_files).get(PATCH_FILE, b"").decode(errors="replace")
-        return _heredoc("git apply", patch, "BOLTZ_PATCH") if patch else command
-    if attempt.agent != "reference":
+class _Actions:
+    """What the agent's steps really amounted to, where it ran a file Boltz gave it (read
+    once per attempt)."""
+
+    def __init__(self, attempt: Attempt, redactor: redaction.Redactor):
+        self.attempt, self.redactor = attempt, redactor
+        self._files: dict[str, bytes] | None = None
+        self.cut = False  # the last command shown left bytes of a file out
+        self.shown_files = False  # a command agent's files were shown written
+
+    def files(self) -> dict[str, bytes]:
+        if self._files is None:
+            self._files = read_stored(self.attempt.agent_files) if self.attempt.agent_files else {}
+        return self._files
+
+    def command(self, command: str) -> str:
+        attempt, task = self.attempt, self.attempt.task
+        self.cut = False
+        if attempt.agent_command == PATCH_COMMAND:
+            patch = self.files().get(PATCH_FILE, b"").decode(errors="replace")
+            return file_actions.heredoc("git apply", patch, "BOLTZ_PATCH") if patch else command
+        if attempt.agent == "reference":
+            return self._reference(task, command)
+        if attempt.agent_command and command == attempt.agent_command and self.files():
+            return self._with_files(command)
         return command
-    if command.startswith("git apply") and f"{AGENT_DIR}/reference.patch" in command:
-        return _heredoc("git apply --whitespace=nowarn", task.reference_patch, "BOLTZ_PATCH")
-    if command == f"bash {AGENT_DIR}/solve.sh":
-        return _heredoc("bash", task.reference_script, "BOLTZ_SOLUTION")
-    if command == "bash /solution/solve.sh":
-        script = _solution_script(bytes(task.solution_files))
-        return _heredoc("bash", script, "BOLTZ_SOLUTION") if script else command
-    return command
+
+    def _with_files(self, command: str) -> str:
+        """A command agent's command, after the writes of the files it was uploaded with
+        (each cut at RECORDED_FILE_BYTES, as an API client's writes are)."""
+        writes, self.shown_files = [], True
+        for name, data in sorted(self.files().items()):
+            record = file_actions.content_record(self.redactor.whole(data))
+            self.cut = self.cut or bool(record["omitted_bytes"])
+            writes.append(file_actions.write_command(f"{AGENT_DIR}/{name}", record))
+        return "\n".join([*writes, command])
+
+    def _reference(self, task, command: str) -> str:
+        heredoc = file_actions.heredoc
+        if command.startswith("git apply") and f"{AGENT_DIR}/reference.patch" in command:
+            return heredoc("git apply --whitespace=nowarn", task.reference_patch, "BOLTZ_PATCH")
+        if command == f"bash {AGENT_DIR}/solve.sh":
+            return heredoc("bash", task.reference_script, "BOLTZ_SOLUTION")
+        if command == "bash /solution/solve.sh":
+            script = _solution_script(bytes(task.solution_files))
+            return heredoc("bash", script, "BOLTZ_SOLUTION") if script else command
+        return command
 
 
-def _heredoc(command: str, body: str, marker: str) -> str:
-    body = body if body.endswith("\n") else body + "\n"
-    return f"{command} <<'{marker}'\n{body}{marker}"
+def _file_command(data: dict) -> str:
+    """The shell command that does what an API client's file operation did."""
+    path, action = data.get("path", ""), data.get("action")
+    if action == "delete":
+        return file_actions.delete_command(path)
+    if action == "upload":
+        if "entries" not in data:  # recorded before uploads kept their entries
+            return f"# [Boltz: {data.get('files', '?')} files uploaded to {path}; not recorded]"
+        return file_actions.upload_command(path, data["entries"], data.get("omitted_entries", 0))
+    return file_actions.write_command(path, data, mode=data.get("mode"))
 
 
 def _solution_script(archive: bytes) -> str:
@@ -141,12 +199,14 @@ def _solution_script(archive: bytes) -> str:
 
 def conversation(attempt: Attempt) -> Conversation:
     """The attempt's conversation, from its timeline (one query)."""
-    task, redact = attempt.task, redaction_for(attempt)
-    system = {"role": "system", "content": SYSTEM_PROMPT.format(workdir=task.workdir)}
+    task, redactor = attempt.task, redaction_for(attempt)
+    redact = redactor.text
+    actions = _Actions(attempt, redactor)
+    system = message("system", SYSTEM_PROMPT.format(workdir=task.workdir))
     synthetic = ["system_prompt"]
     convo = Conversation(prompt=[], turns=[], synthetic=synthetic)
-    events = attempt.events.filter(actor=Actor.AGENT, kind__in=[EventKind.MESSAGE, EventKind.EXEC])
-    starts: dict[int, dict] = {}
+    kinds = [EventKind.MESSAGE, EventKind.EXEC, EventKind.FILE]
+    events = attempt.events.filter(actor=Actor.AGENT, kind__in=kinds)
     ended: set[int] = set()
     rows = list(events.order_by("seq").only("seq", "kind", "data"))
     for event in rows:
@@ -157,57 +217,64 @@ def conversation(attempt: Attempt) -> Conversation:
         if event.kind == EventKind.MESSAGE:
             role, text = data.get("role", "assistant"), redact(data.get("text", ""))
             if role == "system" and not convo.turns and "system_prompt" in synthetic:
-                system = {"role": "system", "content": text}  # the agent's own, as sent
+                system = message("system", text)  # the agent's own, as sent
                 synthetic.remove("system_prompt")
             elif role in ROLES:
-                convo.turns.append({"role": role, "content": text})
+                convo.turns.append(message(role, text))
             else:
                 convo.dropped += 1
             continue
+        if event.kind == EventKind.FILE:
+            if data.get("action") not in FILE_ACTIONS:
+                continue  # reads, listings, downloads change nothing
+            if file_actions.cut_bytes(data):
+                convo.files_cut.append(len(convo.turns))
+            _call(convo, f"call_f{event.seq}", redact(_file_command(data)), "[exit code 0]")
+            if "file_writes" not in synthetic:
+                synthetic.append("file_writes")
+            continue
         phase, number = data.get("phase"), data.get("exec")
-        if phase == "start":
-            starts[number] = data
-            if number in ended:
-                continue
+        if phase == "start" and number in ended:
+            continue
         cut_off = phase == "start"  # a start with no end: cut off by a failure
-        call_id = f"call_{number if number is not None else event.seq}"
-        command = redact(_real_action(attempt, data.get("command", "")))
-        convo.turns.append(
-            {
-                "role": "assistant",
-                "content": "",
-                "tool_calls": [
-                    {
-                        "id": call_id,
-                        "type": "function",
-                        "function": {"name": "shell", "arguments": {"command": command}},
-                    }
-                ],
-            }
-        )
+        command = redact(actions.command(data.get("command", "")))
+        if actions.cut:
+            convo.files_cut.append(len(convo.turns))
+        if actions.shown_files and "agent_files" not in synthetic:
+            synthetic.append("agent_files")
         text, replaced = _tool_text(data, cut_off=cut_off, redact=redact)
+        call_id = f"call_{number if number is not None else event.seq}"
+        _call(convo, call_id, command, text)
         if cut_off:
-            convo.cut_off.append(len(convo.turns))
+            convo.cut_off.append(len(convo.turns) - 1)
         if replaced:
-            convo.replaced_utf8.append(len(convo.turns))
-        convo.turns.append(
-            {"role": "tool", "tool_call_id": call_id, "name": "shell", "content": text}
-        )
-    if any(m.get("tool_calls") for m in convo.turns):
+            convo.replaced_utf8.append(len(convo.turns) - 1)
+    if any(m["tool_calls"] for m in convo.turns):
         synthetic.append("tools")
-    convo.prompt = [system, {"role": "user", "content": redact(task.instruction.strip())}]
+    convo.prompt = [system, message("user", redact(task.instruction.strip()))]
     return convo
+
+
+def _call(convo: Conversation, call_id: str, command: str, result: str) -> None:
+    """A `shell` call and its result."""
+    call = {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": "shell", "arguments": {"command": command}},
+    }
+    convo.turns.append(message("assistant", "", tool_calls=[call]))
+    convo.turns.append(message("tool", result, tool_call_id=call_id, name="shell"))
 
 
 def openai_messages(messages: list[dict]) -> list[dict]:
     """hf-style messages as OpenAI's chat fine-tuning wants them: arguments as JSON strings,
     no content beside tool calls, no name on tool results."""
     out = []
-    for message in messages:
-        message = dict(message)
-        if message.get("tool_calls"):
-            message.pop("content", None)
-            message["tool_calls"] = [
+    for m in messages:
+        m = {k: v for k, v in m.items() if v or k == "content"}  # no empty keys
+        if m.get("tool_calls"):
+            m.pop("content", None)
+            m["tool_calls"] = [
                 {
                     **call,
                     "function": {
@@ -215,11 +282,11 @@ def openai_messages(messages: list[dict]) -> list[dict]:
                         "arguments": json.dumps(call["function"]["arguments"]),
                     },
                 }
-                for call in message["tool_calls"]
+                for call in m["tool_calls"]
             ]
-        if message["role"] == "tool":
-            message.pop("name", None)
-        out.append(message)
+        if m["role"] == "tool":
+            m.pop("name", None)
+        out.append(m)
     return out
 
 

@@ -25,6 +25,7 @@ from django.core.files.storage import default_storage
 from django.db import transaction
 from django.db.models import F
 
+from attempts.core import file_actions
 from attempts.core.capture import RawBudget, StreamCapture
 from attempts.core.errors import AttemptGone, AttemptStopped, TaskInvalid
 from attempts.core.redaction import Redactor, redact_tar, redactable
@@ -641,8 +642,9 @@ def write_file(session: SandboxSession, path: str, data: bytes, *, mode: int = 0
     staged = _stage(session, data)
     result, _ = _run_file_script(session, "write", [staged, path, f"{mode:o}"])
     _raise_for(result, path)
+    kept = file_actions.content_record(session.redactor.whole(data))
     session.timeline.add(
-        EventKind.FILE, actor=Actor.AGENT, action="write", path=path, bytes=len(data)
+        EventKind.FILE, actor=Actor.AGENT, action="write", path=path, mode=mode, **kept
     )
 
 
@@ -691,6 +693,7 @@ def upload_archive(session: SandboxSession, path: str, data: bytes) -> int:
     user unpacks it with Boltz's busybox tar, so it makes nothing the user could not make with
     its own shell, and owns all it makes. Read and repacked entry by entry, on disk."""
     members = 0
+    kept = _UploadRecord(session.redactor)
     with tempfile.TemporaryFile() as out:
         try:
             with (
@@ -698,10 +701,9 @@ def upload_archive(session: SandboxSession, path: str, data: bytes) -> int:
                 tarfile.open(fileobj=out, mode="w") as tar,
             ):
                 for source, member in entries:
-                    tar.addfile(
-                        _upload_entry(member, path),
-                        source.extractfile(member) if member.isfile() else None,
-                    )
+                    info = _upload_entry(member, path)
+                    kept.add(info, source.extractfile(member) if member.isfile() else None)
+                    tar.addfile(info, source.extractfile(member) if member.isfile() else None)
                     members += 1
         except ArchiveTooLarge as exc:
             raise FileOpError("too_large", f"the archive {exc}") from None
@@ -713,9 +715,46 @@ def upload_archive(session: SandboxSession, path: str, data: bytes) -> int:
     result, _ = _run_file_script(session, "untar", [staged, path])
     _raise_for(result, path)
     session.timeline.add(
-        EventKind.FILE, actor=Actor.AGENT, action="upload", path=path, files=members
+        EventKind.FILE,
+        actor=Actor.AGENT,
+        action="upload",
+        path=path,
+        files=members,
+        entries=kept.entries,
+        omitted_entries=kept.omitted,
     )
     return members
+
+
+class _UploadRecord:
+    """What the timeline keeps of an upload: its first RECORDED_UPLOAD_ENTRIES entries, their
+    contents redacted and cut (core/file_actions.py)."""
+
+    def __init__(self, redactor: Redactor):
+        self.redactor = redactor
+        self.entries: list[dict] = []
+        self.omitted = 0
+        self.budget = file_actions.RECORDED_UPLOAD_BYTES
+
+    def add(self, info: tarfile.TarInfo, source: BinaryIO | None) -> None:
+        if len(self.entries) >= file_actions.RECORDED_UPLOAD_ENTRIES:
+            self.omitted += 1
+            return
+        name = self.redactor.text(info.name)
+        if info.isdir():
+            self.entries.append({"path": name, "type": "dir"})
+        elif info.issym() or info.islnk():
+            self.entries.append(
+                {"path": name, "type": "link", "target": self.redactor.text(info.linkname)}
+            )
+        else:
+            limit = min(file_actions.RECORDED_FILE_BYTES, self.budget)
+            head = source.read(limit) if source is not None else b""
+            record = file_actions.content_record(
+                self.redactor.whole(head), limit=limit, size=info.size
+            )
+            self.budget -= len(head)
+            self.entries.append({"path": name, "type": "file", "mode": info.mode, **record})
 
 
 def _upload_entry(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo:

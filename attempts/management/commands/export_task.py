@@ -1,6 +1,13 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from attempts.exports.datasets import FLAVOURS, FORMATS, ExportRefused, ExportSpec, write_export
+from attempts.exports.datasets import (
+    FLAVOURS,
+    FORMATS,
+    ExportRefused,
+    ExportSpec,
+    why_empty,
+    write_export,
+)
 from attempts.management.commands._common import cli_actor, open_output, parse_date, task_or_error
 from attempts.models import Outcome
 from attempts.services.attempts import task_export
@@ -61,15 +68,13 @@ class Command(BaseCommand):
         if spec.binary and output == "-":
             raise CommandError(f"{spec.fmt} {spec.flavour} is parquet: give a file with -o")
         task_obj = task_or_error(task)
-        attempts = task_export(
-            task=task_obj,
-            spec=spec,
-            by=cli_actor(),
-            outcome=options["outcome"],
-            agent=options["agent"],
-            since=parse_date(options["since"], "--since"),
-            until=parse_date(options["until"], "--until"),
-        )
+        filters = {
+            "outcome": options["outcome"],
+            "agent": options["agent"],
+            "since": parse_date(options["since"], "--since"),
+            "until": parse_date(options["until"], "--until"),
+        }
+        attempts = task_export(task=task_obj, spec=spec, by=cli_actor(), **filters)
         out = open_output(output)
         meta = open_output(meta_path(output)) if spec.has_meta and output != "-" else None
         try:
@@ -84,9 +89,15 @@ class Command(BaseCommand):
             return
         kind = f"{spec.fmt} ({spec.flavour})" if len(FLAVOURS[spec.fmt]) > 1 else spec.fmt
         if count == 0:
-            self.stdout.write(
-                f"no attempt of {task_obj.slug} matched: wrote an empty {kind} file to {output}"
+            shown = {k: options[k] for k in ("outcome", "agent", "since", "until")}
+            why = why_empty(
+                slug=task_obj.slug,
+                task_attempts=task_obj.attempts.all(),
+                matched=attempts,
+                spec=spec,
+                filters=shown,
             )
+            self.stdout.write(f"{why}: wrote an empty {kind} file to {output}")
             return
         self.stdout.write(f"wrote {count} {kind} example(s) of {task_obj.slug} to {output}")
         if meta is not None:
