@@ -112,6 +112,8 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            # Terminal output's colours, escaped (`ansi`, `noansi`: attempts/web/terminal.py).
+            "builtins": ["attempts.web.terminal"],
         },
     },
 ]

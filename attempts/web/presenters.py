@@ -15,6 +15,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
+from attempts.core.ansi import ansi_html, strip_ansi
+from attempts.core.session_outline import STAGE_SHORT, STAGE_TITLES, stage_of
 from attempts.core.timeline import exec_verdict
 from attempts.models import Outcome
 
@@ -23,13 +25,6 @@ SHOW_LAST_LINES = 12
 # Running commands a page follows at most (their rows are refreshed by each poll).
 MAX_OPEN = 50
 
-STAGES = {"starting": "start", "running": "agent", "checking": "check"}
-STAGE_TITLES = {
-    "start": "Start: the sandbox and the task's setup",
-    "agent": "Agent",
-    "check": "Check: the agent's changes recorded and checked",
-    "recheck": "Re-check",
-}
 # System exec steps said in words (the task's own commands keep their command line).
 SYSTEM_STEPS = {"setup": "Task setup", "check-setup": "Task setup for the check", "reset": ""}
 SOURCE_WORDS = {"reward_file": "reward file", "junit": "JUnit XML", "exit_code": "exit code"}
@@ -70,15 +65,17 @@ def _cap(text: str) -> str:
 
 # --- output ------------------------------------------------------------------------------------
 def _output(text: str) -> str:
-    """Output as one block; a long one shows its last lines, the earlier lines folded above."""
-    lines = text.split("\n")
+    """Output as one block, its terminal colours kept (escaped, as classes); a long one shows
+    its last lines, the earlier lines folded above."""
+    shown = ansi_html(text)
+    lines = shown.split("\n")
     if len(lines) <= SHOW_LAST_LINES + 3:
-        return f'<pre class="out" tabindex="0">{escape(text)}</pre>'
+        return f'<pre class="out" tabindex="0">{shown}</pre>'
     head, last = "\n".join(lines[:-SHOW_LAST_LINES]), "\n".join(lines[-SHOW_LAST_LINES:])
     return (
         f'<details class="more"><summary>{len(lines) - SHOW_LAST_LINES} earlier lines</summary>'
-        f'<pre class="out" tabindex="0">{escape(head)}</pre></details>'
-        f'<pre class="out" tabindex="0">{escape(last)}</pre>'
+        f'<pre class="out" tabindex="0">{head}</pre></details>'
+        f'<pre class="out" tabindex="0">{last}</pre>'
     )
 
 
@@ -160,7 +157,7 @@ def _li(
 
 def _command_head(data: dict, *, system: bool) -> str:
     step = data.get("step", "")
-    command = data.get("command", "")
+    command = strip_ansi(data.get("command", ""))
     if system and step == "reset":
         return f'<span class="words">{escape(_cap(plural_words(command)))}</span>'
     if system and step in SYSTEM_STEPS:
@@ -219,7 +216,7 @@ def _exec_row(attempt_id, start_ev, end_ev, *, start, open_=False, now=None) -> 
     )
     tails = "".join(
         f'<div class="stream stream-{name}"><div class="streamhead">{name}, latest output</div>'
-        f'<pre class="out live" tabindex="0">{escape(info["tail"])}</pre></div>'
+        f'<pre class="out live" tabindex="0">{ansi_html(info["tail"])}</pre></div>'
         for name in ("stdout", "stderr")
         if (info := live.get(name) or {}).get("tail")
     )
@@ -272,7 +269,7 @@ def _event_row(attempt_id: int, event, start) -> Row:
         role = data.get("role") or event.actor
         body = (
             f'<div class="bubble role-{escape(role)}"><span class="who">{escape(role)}</span>'
-            f'<div class="text">{escape(data.get("text", ""))}</div></div>'
+            f'<div class="text">{escape(strip_ansi(data.get("text", "")))}</div></div>'
         )
         return Row(_li(event, body, start=start))
     if kind == "check":
@@ -297,7 +294,7 @@ def _event_row(attempt_id: int, event, start) -> Row:
     if kind == "error":
         tag = "infrastructure error" if data.get("infrastructure") else "error"
         body = f'<span class="badge outcome-infra_error">{tag}</span> '
-        body += escape(str(data.get("message") or data.get("reason") or ""))
+        body += escape(strip_ansi(str(data.get("message") or data.get("reason") or "")))
         return Row(_li(event, body, start=start))
     if kind == "file":
         words = _file_words(data)
@@ -328,21 +325,22 @@ def _event_row(attempt_id: int, event, start) -> Row:
     return Row(_li(event, body, start=start), system=system, words=words)
 
 
-def _stage_of(event) -> str | None:
-    data = event.data or {}
-    if event.kind == "lifecycle":
-        if event.actor == "reviewer" and data.get("action") == "recheck":
-            return "recheck"
-        if not data.get("outcome"):
-            return STAGES.get(data.get("status", ""))
-    return None
-
-
 def _stage_item(stage: str, event) -> str:
     title = STAGE_TITLES[stage]
     if stage == "recheck" and (event.data or {}).get("by"):
         title = f"Re-check by {event.data['by']}"
     return f'<li class="stage stage-{stage}" id="stage-{event.seq}"><h3>{escape(title)}</h3></li>'
+
+
+def stage_continued(stage: str, window: int) -> SafeString:
+    """The heading a window opens with when its first rows continue the previous window's
+    stage."""
+    if stage not in STAGE_SHORT:
+        return mark_safe("")
+    return mark_safe(  # noqa: S308 - our own words
+        f'<li class="stage stage-{stage} continued"><h3>{STAGE_SHORT[stage]}, continued '
+        f'<span class="muted">from page {window - 1}</span></h3></li>'
+    )
 
 
 def _fold(rows: list[Row]) -> str:
@@ -427,7 +425,7 @@ def render_timeline(
                 orphan.append(e)
             continue  # a command's output shows in its row (live tail, then its end)
         put_orphans()
-        new_stage = _stage_of(e)
+        new_stage = stage_of(e.kind, e.actor, data)
         if new_stage is None and not stage:
             new_stage = "start"
         if new_stage and new_stage != stage:

@@ -49,7 +49,7 @@ from attempts.services.selectors import (
     task_rows,
     test_grid,
 )
-from attempts.web import auth, patches
+from attempts.web import auth, patches, timeline_tab
 from attempts.web import compare as views_compare
 from attempts.web.presenters import MAX_OPEN, render_timeline, verdict_summary
 
@@ -208,27 +208,13 @@ def attempt_detail(request, pk):
     )
     if view == "timeline":
         kind = request.GET.get("kind", "")
-        events = attempt.events.order_by("seq")
-        if kind:
-            events = events.filter(kind=kind)
-        events = list(events)
-        if events and not kind:  # the whole timeline is here: no need to ask again
-            start, last = events[0].time, events[-1].seq
-        else:
-            start = attempt.events.order_by("seq").values_list("time", flat=True).first()
-            last = attempt.events.order_by("-seq").values_list("seq", flat=True).first() or 0
-        shown = render_timeline(
-            events, start, attempt_id=attempt.pk, live=context["live"] or context["rechecking"]
-        )
         context.update(
-            {
-                "items": shown.items,
-                "open": ",".join(map(str, shown.open)),
-                "stage": shown.stage,
-                "kind": kind,
-                "after": last,
-                "kinds": EventKind.values,
-            }
+            timeline_tab.timeline_context(
+                request,
+                attempt,
+                kind=kind if kind in EventKind.values else "",
+                live=context["live"] or context["rechecking"],
+            )
         )
     elif view == "changes":
         context.update(_changes_context(attempt))
@@ -240,17 +226,20 @@ def attempt_detail(request, pk):
 @login_required
 @view_required
 def attempt_timeline_partial(request, pk):
-    """New events after `after`, the header (out of band), and the next poll if still live."""
+    """New events after `after`, the header (out of band), and the next poll if still live.
+    `follow=0` (a page showing an earlier window): no new events, only the header and the
+    running commands it shows."""
     attempt = attempt_or_404(pk)
     try:
         after = int(request.GET.get("after", 0))
     except ValueError:
         return HttpResponseBadRequest("after must be a number", content_type="text/plain")
     kind = request.GET.get("kind", "")
+    follow = request.GET.get("follow", "") != "0"
     events = attempt.events.filter(seq__gt=after).order_by("seq")
     if kind:
         events = events.filter(kind=kind)
-    events = list(events[:1000])
+    events = list(events[:1000]) if follow else []
     start = attempt.events.order_by("seq").values_list("time", flat=True).first()
     last = attempt.events.order_by("-seq").values_list("seq", flat=True).first() or after
     if events and events[-1].seq < last:
@@ -274,6 +263,7 @@ def attempt_timeline_partial(request, pk):
         "stage": shown.stage,
         "after": last,
         "kind": kind,
+        "follow": follow,
         "poll": poll,
     }
     if not poll:  # the last poll: the verdict as it ended

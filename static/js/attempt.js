@@ -1,6 +1,8 @@
-/* The attempt page: a search over the timeline's text, the system steps unfolded on request,
-   folds a reviewer opened kept open across live refreshes, live tails kept at their bottom.
-   Without this script the page still shows everything (the tools stay hidden). */
+/* The attempt page: as you type, the rows of this page whose text matches (Enter searches the
+   whole session on the server), the system steps unfolded on request, a jump to a row inside a
+   folded group opening it, folds a reviewer opened kept open across live refreshes, live tails
+   kept at their bottom. Without this script the page still shows everything, and the search
+   form and the jumps still work (the unfold button stays hidden). */
 (function () {
   "use strict";
   var opened = new Set(); // ids of <details> the reviewer opened
@@ -25,7 +27,7 @@
       if (!q && details.dataset.bySearch) { details.open = false; delete details.dataset.bySearch; }
     });
     var said = document.getElementById("timeline-found");
-    if (said) said.textContent = q ? found + (found === 1 ? " row matches" : " rows match") : "";
+    if (said) said.textContent = q ? found + (found === 1 ? " row matches" : " rows match") + " on this page; Enter searches every event" : "";
   }
 
   function unfold(button) {
@@ -54,9 +56,23 @@
     if (d.open) opened.add(d.id); else opened.delete(d.id);
   }, true);
 
+  // A jump (#cmd-12, #ev-340) to a row folded away: open its folds, then bring it into view.
+  function showTarget() {
+    var id = decodeURIComponent(window.location.hash.slice(1));
+    var row = id && document.getElementById(id);
+    if (!row || !row.closest("#events")) return;
+    for (var d = row.closest("details"); d; d = d.parentElement && d.parentElement.closest("details")) {
+      d.open = true;
+    }
+    row.hidden = false;
+    row.scrollIntoView({ block: "start" });
+  }
+  window.addEventListener("hashchange", showTarget);
+
   document.addEventListener("DOMContentLoaded", function () {
-    var tools = document.querySelector(".timeline-tools");
-    if (tools) tools.hidden = false;
+    var unfoldButton = document.getElementById("timeline-unfold");
+    if (unfoldButton) unfoldButton.hidden = false;
+    showTarget();
     var box = document.getElementById("timeline-search");
     var timer = null;
     if (box) box.addEventListener("input", function () {
