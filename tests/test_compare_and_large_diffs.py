@@ -187,3 +187,88 @@ def test_a_sandbox_removed_outside_boltz_shows_as_gone(page, live_server, worker
     assert "outside Boltz" in header.inner_text()
     assert header.locator("button:has-text('Re-check')").count() == 0
     assert "removed outside Boltz" in page.locator("#events").inner_text()
+
+
+# An agent that fixes calc.py and makes it executable, renames a file without changing it, makes
+# a link, writes a binary file, and leaves a long line of words ending in one long token.
+TOKEN = "kept_whole_identifier"  # narrower than the column: never broken
+EVERY_KIND = (
+    "sed -i 's/a - b/a + b/' calc.py && chmod +x calc.py && mv README.md NOTES.md"
+    " && ln -s calc.py main.py"
+    " && python3 -c \"open('data.bin', 'wb').write(bytes(range(256)) * 8)\""
+    " && python3 -c \"print('WORDS = ' + repr(' '.join('word%d' % i for i in range(60))"
+    f" + ' {TOKEN} ' + 'Z' * 300))\" >> calc.py"
+)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(240)
+def test_modes_renames_links_and_binary_files_show_on_a_desktop_and_a_phone(
+    page, browser, live_server, worker, load_example
+):
+    task = load_example("fix-add")
+    attempt = attempt_create(task=task, agent="command", command=EVERY_KIND)
+    (attempt,) = wait_finished([attempt], timeout=200)
+    # The check ran on the recorded patch applied to the base: modes, links and binaries too.
+    assert attempt.outcome == "passed", attempt.failure_reason
+
+    url = f"{live_server.url}/attempts/{attempt.pk}/?view=changes"
+    assert page.goto(url).status == 200
+
+    def section(path: str):
+        return page.locator(f"section.diff-file:has(h3 code:text-is('{path}'))")
+
+    listed = {
+        li.locator("a").inner_text(): li.inner_text() for li in page.locator("ol.filelist li").all()
+    }
+    assert set(listed) == {"calc.py", "NOTES.md", "main.py", "data.bin"}
+    assert "modified" in listed["calc.py"] and "mode" in listed["calc.py"]
+    assert "binary" in listed["data.bin"] and "+0" not in listed["data.bin"]
+    assert "symlink" in listed["main.py"]
+    calc = section("calc.py")
+    assert "mode 100644 → 100755" in calc.locator("h3").inner_text()
+    assert "return a + b" in calc.locator("td.new.add").first.inner_text()
+    renamed = page.locator("section.diff-file:has(h3 code:text-is('README.md → NOTES.md'))")
+    assert "renamed from README.md, content unchanged" in renamed.locator("h3").inner_text()
+    assert renamed.locator("p.nolines").inner_text() == "File renamed without changes."
+    assert "symlink → calc.py" in section("main.py").locator("h3").inner_text()
+    assert "Binary file not shown (2.0 KB)" in section("data.bin").locator("h3").inner_text()
+    assert section("data.bin").locator("table.sbs").count() == 0
+
+    # On a 390 px phone: nothing wider than the screen, and long lines wrap at spaces.
+    phone = browser.new_context(viewport={"width": 390, "height": 844})
+    try:
+        phone.add_cookies(page.context.cookies())
+        small = phone.new_page()
+        assert small.goto(url).status == 200
+        widths = small.evaluate(
+            """() => ({
+              viewport: window.innerWidth,
+              page: document.documentElement.scrollWidth,
+              widest: Math.max(...[...document.querySelectorAll(
+                  'section.diff-file, table.sbs, table.sbs td, .filenote, h3 code')]
+                .map(e => e.getBoundingClientRect().right)),
+            })"""
+        )
+        assert widths["page"] <= widths["viewport"] == 390, widths
+        assert widths["widest"] <= widths["viewport"], widths
+        # The token after the words sits on one line: the wrap came at the space before it.
+        lines_of_token = small.evaluate(
+            """(token) => {
+              const walker = document.createTreeWalker(document.querySelector('table.sbs'),
+                                                       NodeFilter.SHOW_TEXT);
+              while (walker.nextNode()) {
+                const at = walker.currentNode.data.indexOf(token);
+                if (at < 0) continue;
+                const range = document.createRange();
+                range.setStart(walker.currentNode, at);
+                range.setEnd(walker.currentNode, at + token.length);
+                return new Set([...range.getClientRects()].map(r => Math.round(r.top))).size;
+              }
+              return 0;
+            }""",
+            TOKEN,
+        )
+        assert lines_of_token == 1
+    finally:
+        phone.close()
