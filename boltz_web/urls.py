@@ -11,3 +11,8 @@ urlpatterns = [
     path("api/", api.urls),
     path("", include("attempts.web.urls")),
 ]
+
+# Error pages in Boltz's layout, each with a way back (boltz_web/error_pages.py).
+handler400 = "boltz_web.error_pages.bad_request"
+handler403 = "boltz_web.error_pages.permission_denied"
+handler404 = "boltz_web.error_pages.page_not_found"

@@ -59,6 +59,103 @@ def test_not_found_and_not_allowed_are_pages_in_the_layout_with_a_way_back(
     assert "lacks the permission" in html and "viewer" in html and TASKS_LINK in html
 
 
+def way_back(html: str) -> str:
+    """The error page's way back (the first link of its `way-back` paragraph)."""
+    found = re.search(r'<p class="way-back"><a href="([^"]*)">', html)
+    assert found, html[-800:]
+    return found.group(1).replace("&amp;", "&")
+
+
+# Every error path of every page (attempts/web/urls.py, view by view): the address, the status,
+# what the page must say, and where its way back leads ("/" the tasks, or the page without what
+# went wrong). `{a}` is an attempt's id, `{run}` an evaluation's, `{pool}` a pool's.
+ERROR_PATHS = [
+    ("/no/such/page/", 404, "Not found", "/"),
+    ("/?sort=colour", 400, "sort=&#x27;colour&#x27; is not one of", "/"),
+    ("/?q=x&sort=-colour", 400, "sort=&#x27;-colour&#x27;", "/?q=x"),
+    ("/tasks/nope/", 404, "No Task matches", "/"),
+    ("/tasks/fix-add/?outcome=great", 400, "outcome=&#x27;great&#x27; is not one of", "/tasks/fix-add/"),
+    ("/tasks/fix-add/?page=two", 400, "page=&#x27;two&#x27; is not a number", "/tasks/fix-add/"),
+    ("/tasks/fix-add/?agent=noop&page=9", 404, "There is no page 9: the list has 1 page.", "/tasks/fix-add/?agent=noop"),
+    ("/tasks/fix-add/attempts/?page=0", 404, "There is no page 0", "/tasks/fix-add/attempts/"),
+    ("/tasks/fix-add/compare/", 400, "Pick two attempts of fix-add to compare", "/tasks/fix-add/"),
+    ("/tasks/fix-add/compare/?a=1", 400, "Pick two attempts", "/tasks/fix-add/"),
+    ("/tasks/fix-add/compare/?a=1&b=x", 400, "b=&#x27;x&#x27; is not a number", "/tasks/fix-add/compare/?a=1"),
+    ("/tasks/fix-add/compare/?a=1&b=7", 404, "fix-add has no attempt #7.", "/tasks/fix-add/"),
+    ("/tasks/fix-add/compare/?a=-1&b=1", 404, "fix-add has no attempt #-1.", "/tasks/fix-add/"),
+    ("/tasks/nope/compare/?a=1&b=2", 404, "No Task matches", "/"),
+    ("/tasks/nope/scores/", 404, "No Task matches", "/"),
+    ("/tasks/nope/start/", 404, "No Task matches", "/"),
+    ("/tasks/nope/export.jsonl", 404, "No Task matches", "/"),
+    ("/attempts/999999/", 404, "Not found", "/"),
+    ("/attempts/{a}/?view=logs", 400, "view=&#x27;logs&#x27; is not one of", "/attempts/{a}/"),
+    ("/attempts/{a}/?kind=noise", 400, "kind=&#x27;noise&#x27; is not one of", "/attempts/{a}/"),
+    ("/attempts/{a}/timeline/?after=last", 400, "after=&#x27;last&#x27; is not a number", "/attempts/{a}/timeline/"),
+    ("/attempts/{a}/changes/5/", 404, "no such file in the diff", "/"),
+    ("/attempts/{a}/outputs/nothing.txt", 404, "no such output", "/"),
+    ("/attempts/999999/export.zip", 404, "Not found", "/"),
+    ("/attempts/999999/cancel/", 404, "Not found", "/"),
+    ("/attempts/{a}/delete/everything/", 404, "delete the sandbox or the attempt", "/"),
+    ("/leaderboard/?sort=colour", 400, "is not a column of the leaderboard", "/leaderboard/"),
+    ("/leaderboard/?format=xml", 400, "format=&#x27;xml&#x27; is not one of", "/leaderboard/"),
+    ("/pools/?page=x", 400, "page=&#x27;x&#x27; is not a number", "/pools/"),
+    ("/pools/?page=2", 404, "There is no page 2", "/pools/"),
+    ("/pools/999999/", 404, "No Pool matches", "/"),
+    ("/runs/?page=3", 404, "There is no page 3", "/runs/"),
+    ("/runs/999999/", 404, "No Evaluation matches", "/"),
+    ("/runs/999999/report.json", 404, "No Evaluation matches", "/"),
+    ("/runs/compare/", 400, "Pick two runs to compare", "/runs/"),
+    ("/runs/compare/?a=nightly", 400, "Pick two runs to compare", "/runs/"),
+    ("/runs/compare/?a=nightly&b=nope", 404, "There is no run named “nope”.", "/runs/"),
+    ("/runs/compare/?a=nightly&b=nightly&task=nope", 404, "There is no task “nope”.", "/runs/compare/?a=nightly&b=nightly"),
+]  # fmt: skip
+
+
+@pytest.mark.django_db
+def test_every_error_path_of_every_page_is_a_page_in_the_layout_saying_what_and_a_way_back(
+    admin_client,
+):
+    from attempts.models import Evaluation
+
+    attempt = make_attempt(new_task("fix-add"))
+    Evaluation.objects.create(run_id="nightly", models_evaluated=["m"], state="finished")
+    for path, status, said, back in ERROR_PATHS:
+        path, back = (x.replace("{a}", str(attempt.pk)) for x in (path, back))
+        response = admin_client.get(path)
+        assert response.status_code == status, (path, response.status_code)
+        html = in_layout(response)
+        assert said in html, (path, html[html.find("<main") :][:1200])
+        assert way_back(html) == back, path
+    # The way back is where the user came from, when it is a page of this site.
+    came_from = "http://testserver/tasks/fix-add/?outcome=failed"
+    gone = admin_client.get("/attempts/999999/", HTTP_REFERER=came_from)
+    assert way_back(gone.content.decode()) == came_from
+    assert '<a href="/">the tasks</a>' in gone.content.decode()
+    elsewhere = admin_client.get("/attempts/999999/", HTTP_REFERER="https://evil.example/")
+    assert way_back(elsewhere.content.decode()) == "/"
+    # What a page was asked with is said back escaped, and cut.
+    odd = admin_client.get("/?sort=<script>" + "x" * 500)
+    assert "<script>" not in odd.content.decode() and "x" * 101 not in odd.content.decode()
+
+
+@pytest.mark.django_db
+def test_wrong_methods_on_pages_are_405_pages_in_the_layout(admin_client):
+    attempt = make_attempt(new_task("fix-add"))
+    for method, path in (
+        ("put", "/tasks/fix-add/start/"),
+        ("delete", f"/attempts/{attempt.pk}/cancel/"),
+        ("put", f"/attempts/{attempt.pk}/rerun/"),
+        ("patch", f"/attempts/{attempt.pk}/recheck/"),
+        ("delete", f"/attempts/{attempt.pk}/delete/attempt/"),
+        ("get", "/logout/"),
+    ):
+        response = getattr(admin_client, method)(path, HTTP_REFERER="http://testserver/pools/")
+        assert response.status_code == 405, (method, path)
+        html = in_layout(response)
+        assert "Nothing was done" in html and way_back(html) == "http://testserver/pools/"
+    assert Attempt.objects.filter(pk=attempt.pk).exists()
+
+
 @pytest.mark.django_db
 def test_a_bad_request_and_a_server_error_are_pages_in_the_layout():
     bad = Client().get("/", HTTP_HOST="not-this-host.example")  # DisallowedHost: a 400
@@ -80,7 +177,7 @@ def test_a_form_that_fails_its_csrf_check_gets_a_page_saying_what_to_do(django_u
     assert refused.status_code == 403
     html = in_layout(refused)
     assert "This form has expired" in html and "Nothing was done" in html
-    assert '<a href="/">Go back</a>' in html  # no referer from this site: the tasks
+    assert '<a href="/">Back to the tasks</a>' in html  # no referer from this site
 
     browser.force_login(django_user_model.objects.get(username="admin"))
     came_from = "http://testserver/tasks/fix-add/"
@@ -112,7 +209,6 @@ def test_a_visit_to_each_action_url_shows_its_confirmation_and_changes_nothing(a
     for path, button in (
         ("cancel/", "Cancel attempt</button>"),
         ("rerun/", "Re-run</button>"),
-        ("recheck/", "Re-check</button>"),
         ("delete/sandbox/", "Delete sandbox</button>"),
         ("delete/attempt/", "Delete attempt</button>"),
     ):
@@ -124,6 +220,10 @@ def test_a_visit_to_each_action_url_shows_its_confirmation_and_changes_nothing(a
         assert f'href="/attempts/{attempt.pk}/">Go back</a>' in html
     fresh = Attempt.objects.get(pk=attempt.pk)
     assert fresh.cancel_requested_at is None and task.attempts.count() == 1
+    # A re-check of a running attempt cannot work: the visit says why, in the layout (409).
+    refused = admin_client.get(f"/attempts/{attempt.pk}/recheck/")
+    assert refused.status_code == 409 and "Re-check</button>" not in in_layout(refused)
+    assert "waits until the attempt has finished" in refused.content.decode()
     assert admin_client.get(f"/attempts/{attempt.pk}/delete/everything/").status_code == 404
 
     start = admin_client.get("/tasks/fix-add/start/")

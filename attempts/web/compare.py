@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import unidiff
 from django.contrib.auth.decorators import login_required, permission_required
-from django.http import Http404, HttpResponse, HttpResponseBadRequest
+from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils.html import format_html
 
@@ -20,6 +20,8 @@ from attempts.dispatch.limits import MAX_ID
 from attempts.models import Attempt, EventKind, Task
 from attempts.services.selectors import latest_checks
 from attempts.web import auth, interdiff, patches
+from attempts.web.query_params import number
+from boltz_web.error_pages import BadQuery, NotFound
 
 view_required = permission_required(auth.VIEW, raise_exception=True)
 
@@ -182,12 +184,25 @@ def _tests(a: Attempt, b: Attempt) -> tuple[list[dict], dict]:
 
 
 def _pick(task: Task, request) -> tuple[Attempt, Attempt]:
-    numbers = [int(request.GET["a"]), int(request.GET["b"])]
-    if not all(0 < n <= MAX_ID for n in numbers):
-        raise Http404("no such attempt")
-    found = {x.number: x for x in task.attempts.defer("diff").filter(number__in=numbers)}
-    if len(found) != len(set(numbers)):
-        raise Http404("no such attempt")
+    """The two attempts ?a=NUMBER&b=NUMBER name: a 400 page without two numbers, a 404 page
+    naming the one the task does not have."""
+    back = task.get_absolute_url()
+    numbers = [number(request, side) for side in ("a", "b")]
+    if None in numbers:
+        raise BadQuery(
+            f"Pick two attempts of {task.slug} to compare: ?a=NUMBER&b=NUMBER (the task page's "
+            "Compare form does).",
+            back=back,
+        )
+    found = {
+        x.number: x
+        for x in task.attempts.defer("diff").filter(
+            number__in=[n for n in numbers if 0 < n <= MAX_ID]
+        )
+    }
+    for n in numbers:
+        if n not in found:
+            raise NotFound(f"{task.slug} has no attempt #{n}.", back=back)
     return found[numbers[0]], found[numbers[1]]
 
 
@@ -195,12 +210,7 @@ def _pick(task: Task, request) -> tuple[Attempt, Attempt]:
 @view_required
 def compare(request, slug):
     task = get_object_or_404(Task, slug=slug)
-    try:
-        a, b = _pick(task, request)
-    except (KeyError, ValueError):
-        return HttpResponseBadRequest(
-            "pick two attempts: ?a=NUMBER&b=NUMBER", content_type="text/plain"
-        )
+    a, b = _pick(task, request)
     sides = (_side(a), _side(b))
     paths = sorted(set(sides[0].files) | set(sides[1].files))
     if "file" in request.GET:  # one path's final files, loaded on request

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
-from django.http import HttpResponse, HttpResponseBadRequest
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
 
 from attempts.models import Evaluation, Task
 from attempts.services.predictions import (
@@ -20,7 +20,9 @@ from attempts.services.predictions import (
     with_base_url,
 )
 from attempts.services.selectors import run_names, runs_compared
+from attempts.web.query_params import page_of, without
 from attempts.web.views import view_required
+from boltz_web.error_pages import BadQuery, NotFound
 
 RUNS_PER_PAGE = 50
 RESULT_BADGES = {
@@ -36,7 +38,7 @@ RESULT_BADGES = {
 @view_required
 def run_list(request):
     runs = Evaluation.objects.order_by("-created_at", "-pk")
-    page = Paginator(runs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    page = page_of(request, runs, RUNS_PER_PAGE)
     rows = list(page.object_list)
     for evaluation in rows:
         evaluation.counts = evaluation_counts(evaluation)
@@ -86,12 +88,20 @@ def run_report(request, pk):
 @view_required
 def runs_compare(request):
     a, b = request.GET.get("a", "").strip(), request.GET.get("b", "").strip()
+    back = reverse("attempts:runs")
     if not a or not b:
-        return HttpResponseBadRequest(
-            "pick two runs: ?a=RUN&b=RUN (and &task=SLUG for one task)", content_type="text/plain"
+        raise BadQuery(
+            "Pick two runs to compare: ?a=RUN&b=RUN (and &task=SLUG for one task); the runs "
+            "page's Compare form does.",
+            back=back,
         )
+    for name in (a, b):
+        if not Evaluation.objects.filter(run_id=name).exists():
+            raise NotFound(f"There is no run named “{name[:200]}”.", back=back)
     slug = request.GET.get("task", "").strip()
-    task = get_object_or_404(Task, slug=slug) if slug else None
+    task = Task.objects.filter(slug=slug).first() if slug else None
+    if slug and task is None:
+        raise NotFound(f"There is no task “{slug[:200]}”.", back=without(request, "task"))
     compared = runs_compared(a, b, task=task)
     for side in ("only_a", "only_b"):
         for row in compared[side]:

@@ -4,13 +4,13 @@ attempt pages (whose timeline shows every step)."""
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.db.models import Count, F, Window
 from django.db.models.functions import RowNumber
 from django.shortcuts import get_object_or_404, render
 
 from attempts.models import Attempt, Pool
 from attempts.services.pools import pool_summary, visible_pools
+from attempts.web.query_params import page_of
 from attempts.web.views import view_required
 
 POOLS_PER_PAGE = 50
@@ -32,7 +32,7 @@ STATE_BADGES = {
 @view_required
 def pool_list(request):
     pools = visible_pools(request.user).select_related("owner").order_by("-created_at", "-pk")
-    page = Paginator(pools, POOLS_PER_PAGE).get_page(request.GET.get("page"))
+    page = page_of(request, pools, POOLS_PER_PAGE)
     rows = list(page.object_list)
     for pool in rows:
         pool.distinct_tasks = list(dict.fromkeys(pool.tasks))

@@ -10,11 +10,13 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
-from attempts.core.agent_scores import leaderboard_csv
+from attempts.core.agent_scores import SORTS, TASK_SORT, leaderboard_csv, sort_key
 from attempts.models import Task
 from attempts.services.selectors import leaderboard as leaderboard_rows
 from attempts.services.selectors import plot_points
+from attempts.web.query_params import choice, without
 from attempts.web.views import view_required
+from boltz_web.error_pages import BadQuery
 
 LEADERBOARD_COLUMNS = (
     ("agent", "Agent"),
@@ -52,8 +54,16 @@ def task_scores_partial(request, slug):
 @view_required
 def leaderboard(request):
     search = request.GET.get("q", "").strip()
-    board = leaderboard_rows(search=search, sort=request.GET.get("sort", "-pass_at_1"))
-    if request.GET.get("format") == "csv":
+    sort = request.GET.get("sort") or "-pass_at_1"
+    if sort_key(sort)[0] != sort.lstrip("-"):  # what sort_key would quietly replace
+        raise BadQuery(
+            f"sort={sort[:100]!r} is not a column of the leaderboard: one of "
+            f"{', '.join(SORTS)} or {TASK_SORT}SLUG, with - before it for the other way round",
+            back=without(request, "sort"),
+        )
+    csv_wanted = choice(request, "format", ["csv"]) == "csv"
+    board = leaderboard_rows(search=search, sort=sort)
+    if csv_wanted:
         response = HttpResponse(content_type="text/csv; charset=utf-8")
         stamp = timezone.localtime().strftime("%Y%m%d-%H%M")
         response["Content-Disposition"] = f'attachment; filename="boltz-leaderboard-{stamp}.csv"'

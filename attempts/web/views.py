@@ -6,7 +6,6 @@ import io
 
 import unidiff
 from django.contrib.auth.decorators import login_required, permission_required
-from django.core.paginator import Paginator
 from django.db.models import F
 from django.http import (
     Http404,
@@ -42,6 +41,7 @@ from attempts.models import (
 )
 from attempts.services import attempts as services
 from attempts.services.selectors import (
+    TASK_SORTS,
     attempt_or_404,
     latest_checks,
     plot_points,
@@ -52,6 +52,7 @@ from attempts.services.selectors import (
 from attempts.web import auth, patches, timeline_tab
 from attempts.web import compare as views_compare
 from attempts.web.presenters import MAX_OPEN, render_timeline, verdict_summary
+from attempts.web.query_params import choice, number, page_of, sorts
 
 ATTEMPTS_PER_PAGE = 50
 view_required = permission_required(auth.VIEW, raise_exception=True)
@@ -60,7 +61,7 @@ view_required = permission_required(auth.VIEW, raise_exception=True)
 @login_required
 @view_required
 def task_list(request):
-    sort = request.GET.get("sort", "slug")
+    sort = choice(request, "sort", sorts(TASK_SORTS), default="slug")
     search = request.GET.get("q", "").strip()
     return render(
         request,
@@ -74,7 +75,7 @@ def task_list(request):
 
 
 def _task_attempts_context(request, task: Task) -> dict:
-    outcome = request.GET.get("outcome", "")
+    outcome = choice(request, "outcome", Outcome.values)
     agent = request.GET.get("agent", "")
     run = request.GET.get("run", "")
     attempts = (
@@ -86,7 +87,7 @@ def _task_attempts_context(request, task: Task) -> dict:
         attempts = attempts.filter(agent=agent)
     if run:
         attempts = attempts.filter(evaluation__run_id=run)
-    page = Paginator(attempts, ATTEMPTS_PER_PAGE).get_page(request.GET.get("page"))
+    page = page_of(request, attempts, ATTEMPTS_PER_PAGE)
     rows = list(page.object_list)
     checks = latest_checks([a.pk for a in rows])
     for a in rows:
@@ -161,6 +162,13 @@ def _header_context(attempt: Attempt) -> dict:
     return {
         "attempt": attempt,
         "live": live,
+        # Why each action would be refused ('' when it can work): offered, or shown disabled.
+        "refusals": {
+            "cancel": services.cancel_refusal(attempt),
+            "rerun": services.rerun_refusal(attempt),
+            "recheck": services.recheck_refusal(attempt),
+            "sandbox_delete": services.sandbox_delete_refusal(attempt),
+        },
         "rechecking": rechecking,
         "poll": live or rechecking,
         "last_check": last_check,
@@ -193,9 +201,7 @@ def _open_commands(attempt: Attempt, raw: str) -> dict[int, Event]:
 @login_required
 @view_required
 def attempt_detail(request, pk):
-    view = request.GET.get("view", "timeline")
-    if view not in VIEWS:
-        view = "timeline"
+    view = choice(request, "view", VIEWS, default="timeline")
     attempt = attempt_or_404(pk)
     context = {
         **_header_context(attempt),
@@ -207,12 +213,11 @@ def attempt_detail(request, pk):
         attempt, context["last_check"], diff=attempt.diff if view == "changes" else None
     )
     if view == "timeline":
-        kind = request.GET.get("kind", "")
         context.update(
             timeline_tab.timeline_context(
                 request,
                 attempt,
-                kind=kind if kind in EventKind.values else "",
+                kind=choice(request, "kind", EventKind.values),
                 live=context["live"] or context["rechecking"],
             )
         )
@@ -230,11 +235,8 @@ def attempt_timeline_partial(request, pk):
     `follow=0` (a page showing an earlier window): no new events, only the header and the
     running commands it shows."""
     attempt = attempt_or_404(pk)
-    try:
-        after = int(request.GET.get("after", 0))
-    except ValueError:
-        return HttpResponseBadRequest("after must be a number", content_type="text/plain")
-    kind = request.GET.get("kind", "")
+    after = number(request, "after", default=0)
+    kind = choice(request, "kind", EventKind.values)
     follow = request.GET.get("follow", "") != "0"
     events = attempt.events.filter(seq__gt=after).order_by("seq")
     if kind:
