@@ -5,7 +5,8 @@
 // their place. Only when the region's own htmx attributes change (it stops polling) does htmx
 // swap it whole; scroll positions and focus are then carried over by hand.
 // Status changes are said aloud through the page's status region (#live-note, role=status).
-// Scrolling output gets tabindex=0 so a keyboard can scroll it.
+// Scrolling output gets tabindex=0 so a keyboard can scroll it, and a table or box that scrolls
+// sideways says so: data-scroll="left right" names the sides it hides, which boltz.css fades.
 (function () {
   "use strict";
 
@@ -19,6 +20,7 @@
   function keptByClient(el, name) {
     if (name === "open" && el.tagName === "DETAILS") return true;
     if ((name === "tabindex" || name === "data-scrollfocus") && el.hasAttribute("data-scrollfocus")) return true;
+    if (name === "data-scroll") return true;
     return false;
   }
   function htmxAttrsDiffer(cur, inc) {
@@ -213,15 +215,33 @@
     });
   }
 
+  // --- a box that scrolls sideways shows it --------------------------------------------------
+  var SIDEWAYS = "table.grid, .scroll, table.testgrid";
+  function scrollCue(el) {
+    var hidden = [];
+    if (el.scrollLeft > 1) hidden.push("left");
+    if (el.scrollLeft + el.clientWidth < el.scrollWidth - 1) hidden.push("right");
+    var want = hidden.join(" ");
+    if ((el.getAttribute("data-scroll") || "") === want) return;
+    if (want) el.setAttribute("data-scroll", want); else el.removeAttribute("data-scroll");
+  }
+  function scrollCues() { document.querySelectorAll(SIDEWAYS).forEach(scrollCue); }
+  document.addEventListener("scroll", function (event) {
+    var el = event.target;
+    if (el && el.nodeType === 1 && el.matches(SIDEWAYS)) scrollCue(el);
+  }, true);
+
   function settled() {
     announce(false);
     focusableScrollers();
+    scrollCues();
   }
 
   document.addEventListener("DOMContentLoaded", function () {
     announce(true);
     focusableScrollers();
+    scrollCues();
   });
-  window.addEventListener("resize", function () { focusableScrollers(); });
+  window.addEventListener("resize", function () { focusableScrollers(); scrollCues(); });
   document.addEventListener("toggle", function () { focusableScrollers(); }, true);
 })();
