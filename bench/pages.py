@@ -2,8 +2,10 @@
 
     .venv/bin/python bench/pages.py [--write docs/PERFORMANCE.md]
 
-Pages: the attempt page with 5,000 events (timeline), the same attempt's changes with a
-50,000-line diff across 500 files, and the task page of a task with 10,000 attempts. The raw
+Pages: the attempt page with 5,000 events (timeline), a 10,000-event session
+(tests/long_session.py: its first page, its last page, a search over every event; the page's
+bytes and elements are printed too), the same attempt's changes with a 50,000-line diff across
+500 files, and the task page of a task with 10,000 attempts. The raw
 baseline reads the same rows and dumps them as JSON with no templates: the floor any page
 showing them pays. Targets: under 300 ms each.
 """
@@ -99,7 +101,11 @@ def build():
                 )
             )
     Event.objects.bulk_create(events)
-    return task, attempt, diff.count("\n")
+    from tests.long_session import seed_long_session
+
+    long = Attempt.objects.get(task=task, number=9_999)
+    seed_long_session(long, 10_000, needle_at=2_500)
+    return task, attempt, long, diff.count("\n")
 
 
 def main() -> None:
@@ -113,7 +119,7 @@ def main() -> None:
     from attempts.core.diffview import split_files
     from attempts.models import Attempt, Event
 
-    task, attempt, diff_lines = build()
+    task, attempt, long, diff_lines = build()
     client = Client()
     client.force_login(get_user_model().objects.create_superuser("bench", "", "x"))
 
@@ -128,6 +134,16 @@ def main() -> None:
         json.dumps(
             list(
                 Event.objects.filter(attempt=attempt)
+                .order_by("seq")
+                .values("seq", "time", "kind", "actor", "data")
+            ),
+            default=str,
+        )
+
+    def raw_window():
+        json.dumps(
+            list(
+                Event.objects.filter(attempt=long, seq__lte=500)
                 .order_by("seq")
                 .values("seq", "time", "kind", "actor", "data")
             ),
@@ -154,6 +170,13 @@ def main() -> None:
 
     cases = [
         ("attempt page, 5,000 events (timeline)", get(f"/attempts/{attempt.pk}/"), raw_events),
+        ("10,000-event session, first page", get(f"/attempts/{long.pk}/"), raw_window),
+        ("10,000-event session, last page", get(f"/attempts/{long.pk}/?page=last"), raw_window),
+        (
+            "10,000-event session, search over every event",
+            get(f"/attempts/{long.pk}/?q=needle-zebra"),
+            raw_window,
+        ),
         (
             f"attempt page, {diff_lines:,}-line diff in 500 files (changes)",
             get(f"/attempts/{attempt.pk}/?view=changes"),
@@ -162,6 +185,9 @@ def main() -> None:
         ("task page, 10,000 attempts", get(f"/tasks/{task.slug}/"), raw_task),
         ("tasks page", get("/"), raw_task),
     ]
+    weight = client.get(f"/attempts/{long.pk}/").content
+    tags = weight.count(b"<") - weight.count(b"</")
+    print(f"10,000-event session, first page: {len(weight):,} bytes, about {tags:,} elements")
     rows = []
     for name, page, raw in cases:
         page()  # warm caches (templates, lexers)

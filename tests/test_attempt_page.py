@@ -13,8 +13,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from attempts.core.capture import StreamCapture
 from attempts.core.ansi import ansi_html, strip_ansi
+from attempts.core.capture import StreamCapture
 from attempts.core.session_outline import WINDOW, build_outline
 from attempts.models import Attempt, CheckResult, Event, TestOutcome
 from attempts.web.presenters import stream_text
@@ -353,7 +353,10 @@ def test_the_outline_finds_the_check_the_first_failure_and_the_end_of_a_long_ses
     failing = next(r for r in rows if r["kind"] == "exec" and r.get("exit_code") == 1)
     start_of = {r["exec"]: r["seq"] for r in rows if r["kind"] == "exec" and r["phase"] == "start"}
     first = outline.first_failure
-    assert first.anchor == f"cmd-{failing['exec']}" and first.window == start_of[failing["exec"]] // WINDOW + 1
+    assert (
+        first.anchor == f"cmd-{failing['exec']}"
+        and first.window == start_of[failing["exec"]] // WINDOW + 1
+    )
     assert first.window > 1 and "(exit code 1)" in first.label
     check = next(r for r in rows if r.get("step") == "check")
     assert outline.check.anchor == f"cmd-{check['exec']}" and outline.check.window == 20
