@@ -315,6 +315,14 @@ class Task(models.Model):
         return self.check_mode == CheckMode.IN_PLACE or self.layout == Layout.HARBOR
 
     @property
+    def check_place(self) -> str:
+        """Where the task's check runs, as pages say it before it runs (a CHECK_PLACES value):
+        a separate verifier's own container, in place, or a fresh container."""
+        if self.verifier_image:
+            return SEPARATE_VERIFIER
+        return CheckMode.IN_PLACE if self.checks_in_place else CheckMode.FRESH
+
+    @property
     def check_setups(self) -> int:
         """The check's steps limited by setup_timeout: in a fresh container, its setup on the
         base, and with a rebuild command the rebuild's own container's setup and the rebuild;

@@ -112,8 +112,9 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
-            # Terminal output's colours, escaped (`ansi`, `noansi`: attempts/web/terminal.py).
-            "builtins": ["attempts.web.terminal"],
+            # `score` and `state_badge` on every page (attempts/web/formats.py); terminal
+            # output's colours, escaped (`ansi`, `noansi`: attempts/web/terminal.py).
+            "builtins": ["attempts.web.formats", "attempts.web.terminal"],
         },
     },
 ]

@@ -180,9 +180,9 @@ def test_task_page_scores_each_agent_with_the_oracle_apart(admin_client):
     html = admin_client.get("/tasks/fix-add/").content.decode()
     scores = html[html.index('id="scores"') :]
     # claude: 3 of 4 scored (the infrastructure error is not a failure), pass@5 not shown (n < 5)
-    assert agent_row(scores, "claude") == "claude 3/4 +1 75% 0.75 – 0.750"
-    assert agent_row(scores, "noop") == "noop 0/2 0% 0.00 – 0.000"
-    assert agent_row(scores, "reference") == "reference 2/2 100% 1.00 – 1.000"
+    assert agent_row(scores, "claude") == "claude 3/4 +1 75% 0.75 – 0.75"
+    assert agent_row(scores, "noop") == "noop 0/2 0% 0.00 – 0.00"
+    assert agent_row(scores, "reference") == "reference 2/2 100% 1.00 – 1.00"
     assert scores.index("Agents") < scores.index("Built-in agents") < scores.index("Oracle")
     assert (
         scores.index('data-agent="noop"')
@@ -234,8 +234,8 @@ def test_tasks_list_shows_scores_per_agent_not_one_mixed_rate(admin_client):
     body = html[html.index('id="task-fix-add"') :]
     first = agent_row(body, "claude")  # the task's first line also holds its own cells
     assert first.startswith("fix-add fix-add 9 5 passed 3 failed 1 infrastructure")
-    assert "claude 3/4 75% 0.75 – 0.750" in first
-    assert agent_row(body, "reference") == "reference oracle 2/2 100% 1.00 – 1.000"
+    assert "claude 3/4 75% 0.75 – 0.75" in first
+    assert agent_row(body, "reference") == "reference oracle 2/2 100% 1.00 – 1.00"
     assert agent_row(body, "noop").startswith("noop built-in 0/2 0%")
     # all seven scored attempts mixed would make 5/8 = 62%: no such number
     assert "62%" not in html and "63%" not in html
@@ -269,8 +269,8 @@ def test_leaderboard_sorts_agents_within_their_group(admin_client):
     assert 'href="/leaderboard/">Leaderboard</a>' in html  # the nav link
     # pass@1 averages over tasks (both 0.75 here); pass rate pools attempts (6/7 against 2/3)
     good, bad = agent_row(html, "good"), agent_row(html, "bad")
-    assert good == "good 2 7 86% 0.75 1.00 (1 task) 0.750 100% 5/5 50% 1/2"
-    assert bad == "bad 2 3 67% 0.75 – 0.750 50% 1/2 100% 1/1"
+    assert good == "good 2 7 86% 0.75 1.00 (1 task) 0.75 100% 5/5 50% 1/2"
+    assert bad == "bad 2 3 67% 0.75 – 0.75 50% 1/2 100% 1/1"
     assert re.search(r'aria-sort="descending"><a href="\?q=&sort=pass_at_1">pass@1', html)
     by_beta = admin_client.get("/leaderboard/?sort=-task:beta").content.decode()
     assert by_beta.index('data-agent="bad"') < by_beta.index('data-agent="good"')

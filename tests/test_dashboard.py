@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import re
 from datetime import timedelta
 
 import pytest
@@ -76,7 +79,7 @@ def test_tasks_page_counts_outcomes_and_leaves_infrastructure_errors_out(admin_c
         make_attempt(task, n, outcome)
     make_task("other-task", title="Something else")
     html = admin_client.get("/").content.decode()
-    assert "2 passed" in html and "2 failed" in html and "1 timed out" in html
+    assert "2 passed" in html and "2 failed" in html and "1 agent timeout" in html
     assert "2 infrastructure" in html
     assert "40%" in html  # 2 of 5 scored attempts; infrastructure errors excluded
     assert "0.40" in html  # pass@1
@@ -411,3 +414,249 @@ def test_changes_that_could_not_be_recorded_never_read_as_no_changes(admin_clien
     assert "The changes were never recorded" in page and "image missing" in page
     page = admin_client.get(f"/attempts/{empty.pk}/?view=changes").content.decode()
     assert "No changes against the base commit." in page
+
+
+# --- one state per attempt, one score format, pool episodes apart (issue 24) ---------------------
+STATE_BADGE = re.compile(r'<span class="badge (?:status|outcome)-[a-z_]+[^"]*"[^>]*>([^<]*)</span>')
+COUNT_BADGE = re.compile(r'<span class="badge [^"]*" data-state="([a-z_]+)">(\d+) ([^<]+)</span>')
+# A score written any other way than "0.67": three or more decimals, or a bare "0.6666".
+OTHER_SCORE_FORMATS = re.compile(r"\b0\.66[0-9]+|\b0\.667\b")
+
+
+def seed_mix(owner) -> tuple[Task, dict[str, Attempt]]:
+    """A task with one attempt in each kind of state a reviewer meets: passed, failed (a partial
+    score of 2/3), an infrastructure error, running, queued, a pool episode closed without a
+    check, a pool episode that submitted and was checked, and the oracle."""
+    from attempts.models import Pool
+
+    task = make_task()
+    pool = Pool.objects.create(
+        owner=owner,
+        tasks=["fix-add", "fix-add"],
+        size=2,
+        max_steps=10,
+        episode_seconds=60,
+        rewards=1,
+        reward_sum=2 / 3,
+    )
+    episode = {"origin": "api", "agent": "pool", "pool": pool}
+    made = {
+        "passed": make_attempt(task, 1, "passed", agent="claude"),
+        "failed": make_attempt(task, 2, "failed", score=2 / 3, agent="claude"),
+        "infra": make_attempt(task, 3, "infra_error", agent="claude"),
+        "running": make_attempt(task, 4, "", status="running", agent="claude"),
+        "queued": make_attempt(task, 5, "", status="queued", agent="claude"),
+        "unchecked": make_attempt(task, 6, "", pool_index=0, episode_end="reset", **episode),
+        "episode": make_attempt(
+            task, 7, "failed", score=2 / 3, pool_index=1, episode_end="terminated", **episode
+        ),
+        "oracle": make_attempt(task, 8, "passed"),
+    }
+    Attempt.objects.filter(pk__in=[made["running"].pk, made["queued"].pk]).update(
+        score=None, finished_at=None
+    )
+    Attempt.objects.filter(pk=made["unchecked"].pk).update(
+        score=None, failure_reason="closed without a check"
+    )
+    add_check(made["episode"], {"t::a": "passed", "t::b": "failed"})
+    return task, made
+
+
+def test_every_attempt_has_one_state_badge_and_the_counts_add_up_on_every_page(admin_client):
+    from django.contrib.auth.models import User
+
+    task, made = seed_mix(User.objects.get(username="admin"))
+    total = len(made)
+    listing = admin_client.get("/").content.decode()
+    counts = {key: int(n) for key, n, _label in COUNT_BADGE.findall(listing)}
+    assert sum(counts.values()) == total, counts  # "8 attempts" and badges for all 8
+    shown_total = re.search(r'<td class="num" rowspan="\d+">(\d+)</td>', listing).group(1)
+    assert int(shown_total) == total
+    assert counts == {
+        "queued": 1,
+        "running": 1,
+        "passed": 2,
+        "failed": 2,
+        "infra_error": 1,
+        "unchecked": 1,
+    }
+    assert "1 closed, not checked</span>" in listing
+
+    page = admin_client.get("/tasks/fix-add/").content.decode()
+    table = page[page.index('<div id="attempts"') :]
+    rows = re.findall(r'<tr id="attempt-\d+">(.*?)</tr>', table, re.S)
+    assert len(rows) == total
+    assert all(len(STATE_BADGE.findall(row)) == 1 for row in rows), rows
+    unchecked = next(r for r in rows if f">#{made['unchecked'].number}<" in r)
+    assert "closed, not checked" in unchecked
+
+    # The attempt page: one state badge, in the header, and the verdict says the same.
+    for attempt in made.values():
+        html = admin_client.get(f"/attempts/{attempt.pk}/").content.decode()
+        header = html[html.index('id="attempt-header"') : html.index('id="verdict"')]
+        assert len(STATE_BADGE.findall(header)) == 1, attempt
+        assert 'id="attempt-outcome"' not in html
+
+
+def test_scores_are_written_one_way_on_every_page(admin_client):
+    from django.contrib.auth.models import User
+
+    task, made = seed_mix(User.objects.get(username="admin"))
+    failed, episode = made["failed"], made["episode"]
+    pages = {
+        "tasks": "/",
+        "task": "/tasks/fix-add/",
+        "scores": "/tasks/fix-add/scores/",
+        "leaderboard": "/leaderboard/",
+        "attempt": f"/attempts/{failed.pk}/",
+        "check": f"/attempts/{episode.pk}/?view=check",
+        "compare": f"/tasks/fix-add/compare/?a={failed.number}&b={episode.number}",
+        "pools": "/pools/",
+        "pool": f"/pools/{episode.pool_id}/",
+    }
+    for name, url in pages.items():
+        response = admin_client.get(url)
+        assert response.status_code == 200, url
+        html = response.content.decode()
+        assert not OTHER_SCORE_FORMATS.search(html), (name, OTHER_SCORE_FORMATS.search(html))
+        if name not in ("tasks", "leaderboard", "scores"):
+            assert "0.67" in html, name  # the partial score (or reward), two decimals
+    attempt_page = admin_client.get(f"/attempts/{failed.pk}/").content.decode()
+    assert '<span class="score">score 0.67</span>' in attempt_page
+    task_page = admin_client.get("/tasks/fix-add/").content.decode()
+    assert '<td class="num">0.67</td>' in task_page and '<td class="num">1.00</td>' in task_page
+    # The API keeps the number as it is.
+    assert Attempt.objects.get(pk=failed.pk).score == pytest.approx(2 / 3)
+
+
+def test_pool_episodes_are_listed_apart_never_ranked_as_an_agent(admin_client):
+    from django.contrib.auth.models import User
+
+    from attempts.services.selectors import task_rows
+
+    _task, made = seed_mix(User.objects.get(username="admin"))
+    board = admin_client.get("/leaderboard/").content.decode()
+    groups = re.findall(r'<th scope="rowgroup"[^>]*>([^<]+)', board)
+    assert [g.strip() for g in groups] == ["Agents", "Pool episodes", "Oracle"]
+    agents = board[board.index(">Agents") : board.index(">Pool episodes")]
+    assert 'data-agent="claude"' in agents and 'data-agent="pool"' not in agents
+    pooled = board[board.index(">Pool episodes") : board.index(">Oracle")]
+    assert 'data-agent="pool"' in pooled and "not ranked with the agents" in pooled
+    rows = list(csv.reader(io.StringIO(admin_client.get("/leaderboard/?format=csv").text)))
+    assert {r[0]: r[1] for r in rows[1:]} == {
+        "claude": "agent",
+        "pool": "pool",
+        "reference": "oracle",
+    }
+    listing = admin_client.get("/").content.decode()
+    pool_line = re.search(r'<tr data-agent="pool">(.*?)</tr>', listing, re.S).group(1)
+    assert "pool episodes</span>" in pool_line
+    # The pool's episodes pass more often than claude (2 of 3 against 1 of 2), the oracle
+    # always: the task's best pass rate is still claude's, the best ranked agent's.
+    task = Task.objects.get(slug="fix-add")
+    pool = {"origin": "api", "agent": "pool", "pool_id": made["episode"].pool_id}
+    make_attempt(task, 9, "passed", pool_index=0, episode_end="terminated", **pool)
+    make_attempt(task, 10, "passed", pool_index=1, episode_end="terminated", **pool)
+    (row,) = task_rows()
+    assert row["pass_rate"] == pytest.approx(0.5)
+    assert [(a.agent, a.group) for a in row["agents"]] == [
+        ("claude", "agent"),
+        ("pool", "pool"),
+        ("reference", "oracle"),
+    ]
+    panel = admin_client.get("/tasks/fix-add/scores/").content.decode()
+    assert panel.index(">Agents") < panel.index(">Pool episodes") < panel.index(">Oracle")
+
+
+# --- actions offered only where they work, each confirmation true for its attempt (issue 24) ----
+def kept(task, number, **kw) -> Attempt:
+    """A finished attempt whose sandbox was stopped and kept on a host, its changes recorded."""
+    values = {
+        "host": "host-a",
+        "container_id": "c" * 64,
+        "sandbox_state": "stopped",
+        "changes_state": "recorded",
+        "diff_file": f"attempts/{number}/changes.patch",
+        **kw,
+    }
+    return make_attempt(task, number, values.pop("outcome", "passed"), **values)
+
+
+def test_recheck_is_offered_only_where_it_can_run_and_refused_alike(admin_client):
+    task = make_task()
+    never = kept(task, 1, changes_state="", diff_file="", outcome="infra_error")
+    page = admin_client.get(f"/attempts/{never.pk}/").content.decode()
+    assert 'id="attempt-recheck"' not in page
+    assert 'disabled aria-describedby="recheck-why">Re-check</button>' in page
+    assert "its changes were never recorded" in page
+    for post in ({}, {"confirm": "yes"}):  # the confirmation and the confirming POST alike
+        refused = admin_client.post(f"/attempts/{never.pk}/recheck/", post)
+        html = refused.content.decode()
+        assert refused.status_code == 409 and 'id="refused"' in html
+        assert "its changes were never recorded" in html and "Re-check</button>" not in html
+        assert "<main" in html  # in the layout, not a bare error
+    assert Attempt.objects.get(pk=never.pk).sandbox_state == "stopped"  # nothing was claimed
+    assert not never.checks.exists()
+
+    # Recorded changes, a fresh-container task: offered, and the confirmation says where.
+    recorded = kept(task, 2)
+    page = admin_client.get(f"/attempts/{recorded.pk}/").content.decode()
+    assert 'id="attempt-recheck"' in page and "recheck-why" not in page
+    ask = admin_client.get(f"/attempts/{recorded.pk}/recheck/").content.decode()
+    assert "in a fresh container" in ask and "The kept sandbox is not touched" in ask
+    assert "in the kept sandbox" not in ask
+
+    # An in-place task's re-check runs in the kept sandbox, and says so.
+    in_place = make_task("in-place", check_mode="in_place")
+    here = kept(in_place, 1, changes_state="", diff_file="")
+    ask = admin_client.get(f"/attempts/{here.pk}/recheck/").content.decode()
+    assert "in place, in the kept sandbox" in ask and "fresh container" not in ask
+    assert 'name="confirm" value="yes"' in ask
+
+    # Still running: no re-check offered; the URL refuses it.
+    running = make_attempt(task, 3, "", status="running", host="host-a", container_id="d")
+    page = admin_client.get(f"/attempts/{running.pk}/").content.decode()
+    assert "Re-check</button>" not in page
+    refused = admin_client.post(f"/attempts/{running.pk}/recheck/", {"confirm": "yes"})
+    assert refused.status_code == 409 and "waits until the attempt has finished" in refused.text
+
+
+def test_each_action_is_refused_where_its_service_would_fail(admin_client):
+    task = make_task()
+    deleted = kept(task, 1, sandbox_state="deleted")
+    Attempt.objects.filter(pk=deleted.pk).update(
+        sandbox_deleted_at=timezone.now(), sandbox_deleted_by="ivan"
+    )
+    page = admin_client.get(f"/attempts/{deleted.pk}/").content.decode()
+    assert "Delete sandbox</button>" not in page and "Re-check</button>" not in page
+    assert "Delete attempt</button>" in page
+    refused = admin_client.post(f"/attempts/{deleted.pk}/delete/sandbox/", {"confirm": "yes"})
+    assert refused.status_code == 409 and "deleted already" in refused.text
+
+    ended = kept(task, 2)
+    refused = admin_client.post(f"/attempts/{ended.pk}/cancel/", {"confirm": "yes"})
+    assert refused.status_code == 409 and "it has already ended" in refused.text
+    assert Attempt.objects.get(pk=ended.pk).cancel_requested_at is None
+
+    sandbox = kept(task, 3, origin="api", agent="my-client")
+    page = admin_client.get(f"/attempts/{sandbox.pk}/").content.decode()
+    assert "Re-run</button>" not in page
+    refused = admin_client.post(f"/attempts/{sandbox.pk}/rerun/", {"confirm": "yes"})
+    assert refused.status_code == 409 and "an API sandbox" in refused.text
+    assert task.attempts.count() == 3  # nothing was started
+
+    # A queued attempt's cancel says it never runs; a running one's that its processes stop.
+    queued = make_attempt(task, 4, "", status="queued")
+    ask = admin_client.get(f"/attempts/{queued.pk}/cancel/").content.decode()
+    assert "It has not started" in ask and "container stops" not in ask
+    running = make_attempt(task, 5, "", status="running", host="host-a")
+    ask = admin_client.get(f"/attempts/{running.pk}/cancel/").content.decode()
+    assert "its processes end and its container stops" in ask
+    ask = admin_client.get(f"/attempts/{running.pk}/delete/sandbox/").content.decode()
+    assert "It is still running: it stops." in ask
+    # A cancel already asked: shown disabled with who asked, and not asked twice.
+    Attempt.objects.filter(pk=running.pk).update(
+        cancel_requested_at=timezone.now(), cancel_requested_by="hana"
+    )
+    page = admin_client.get(f"/attempts/{running.pk}/").content.decode()
+    assert 'id="attempt-cancel"' not in page and "hana already asked to cancel it" in page

@@ -1,10 +1,13 @@
 """Scores per agent: pass rate, pass@k and mean score from counted outcomes. Pure: no database.
 
-An attempt's agent is its label (`Attempt.agent`). Agents fall in three groups, never mixed in
-one number: named agents (saved agents, API and pool labels, SWE-bench model names, `patch`),
-the built-in `noop` and `command`, and the `reference` agent, which applies the task's own
+An attempt's agent is its label (`Attempt.agent`). Agents fall in four groups, never mixed in
+one number: named agents (saved agents, API sandbox labels, SWE-bench model names, `patch`),
+the built-in `noop` and `command`, pool episodes (an RL pool's environments, under the pool's
+agent label or `pool` when it gave none: training rollouts within a step budget, listed apart
+and never ranked with the agents), and the `reference` agent, which applies the task's own
 solution and is shown as the oracle. Only passed, failed and timed-out attempts are scored;
-infrastructure errors and cancellations are counted apart as excluded.
+infrastructure errors, cancellations and sandboxes closed without a check are counted apart as
+excluded.
 """
 
 from __future__ import annotations
@@ -16,12 +19,22 @@ from math import comb
 
 ORACLE = "reference"
 BUILTIN = ("noop", "command")
-GROUPS = {"agent": "Agents", "built-in": "Built-in agents", "oracle": "Oracle"}
+POOL = "pool"
+GROUPS = {
+    "agent": "Agents",
+    "built-in": "Built-in agents",
+    POOL: "Pool episodes",
+    "oracle": "Oracle",
+}
+UNRANKED = ("oracle", POOL)  # listed apart, never the best agent of a task
 K = 5  # pass@K beside pass@1; shown only where an agent has at least K scored attempts
 
 
-def agent_group(agent: str) -> str:
-    """'oracle' for the reference agent, 'built-in' for noop and command, else 'agent'."""
+def agent_group(agent: str, *, episodes: bool = False) -> str:
+    """'pool' for a pool's episodes (whatever their label), 'oracle' for the reference agent,
+    'built-in' for noop and command, else 'agent'."""
+    if episodes:
+        return POOL
     if agent == ORACLE:
         return "oracle"
     if agent in BUILTIN:
@@ -75,10 +88,16 @@ class AgentScores:
 
     agent: str
     tallies: dict[str, Tally] = field(default_factory=dict)  # by task slug
+    episodes: bool = False  # a pool's episodes under this label
 
     @property
     def group(self) -> str:
-        return agent_group(self.agent)
+        return agent_group(self.agent, episodes=self.episodes)
+
+    @property
+    def ranked(self) -> bool:
+        """Compared with the agents: not the oracle, not a pool's episodes."""
+        return self.group not in UNRANKED
 
     @property
     def is_oracle(self) -> bool:
@@ -137,9 +156,9 @@ class AgentScores:
         return {
             "passed": f"{self.passed}/{self.scored}",
             "pass_rate": percent(self.pass_rate),
-            "pass_at_1": decimal(self.pass_at_1, 2),
-            "pass_at_k": decimal(self.pass_at_k, 2),
-            "mean_score": decimal(self.mean_score, 3),
+            "pass_at_1": score_text(self.pass_at_1),
+            "pass_at_k": score_text(self.pass_at_k),
+            "mean_score": score_text(self.mean_score),
         }
 
 
@@ -147,19 +166,26 @@ def percent(value: float | None) -> str:
     return "–" if value is None else f"{value * 100:.0f}%"
 
 
-def decimal(value: float | None, places: int) -> str:
-    return "–" if value is None else f"{value:.{places}f}"
+SCORE_PLACES = 2  # every score, reward and pass@k on every page: "0.75" (the API stays numeric)
+
+
+def score_text(value: float | None) -> str:
+    """A score, reward or pass@k as every page shows it: two decimals ("0.75"), "–" for none."""
+    return "–" if value is None else f"{value:.{SCORE_PLACES}f}"
 
 
 GROUP_ORDER = {group: i for i, group in enumerate(GROUPS)}
 
 
-def agent_scores(cells: Iterable[tuple[str, str, Tally]]) -> list[AgentScores]:
-    """(task, agent, tally) cells gathered per agent, named agents first, then the built-in
-    ones, then the oracle; by name within a group."""
-    agents: dict[str, AgentScores] = {}
-    for task, agent, tally in cells:
-        row = agents.setdefault(agent, AgentScores(agent))
+def agent_scores(cells: Iterable[tuple]) -> list[AgentScores]:
+    """(task, agent, tally) cells, or (task, agent, tally, episodes) where `episodes` says they
+    are a pool's, gathered per agent (a pool's episodes apart from attempts with the same
+    label): named agents first, then the built-in ones, pool episodes, the oracle; by name
+    within a group."""
+    agents: dict[tuple[str, bool], AgentScores] = {}
+    for task, agent, tally, *rest in cells:
+        episodes = bool(rest and rest[0])
+        row = agents.setdefault((agent, episodes), AgentScores(agent, episodes=episodes))
         row.tallies[task] = tally
     return sorted(agents.values(), key=lambda a: (GROUP_ORDER[a.group], a.agent))
 

@@ -26,6 +26,7 @@ from attempts.models import (
     Actor,
     Attempt,
     AuditEntry,
+    CheckMode,
     EventKind,
     Outcome,
     SandboxState,
@@ -33,7 +34,7 @@ from attempts.models import (
     Task,
 )
 from attempts.services.deletion import record_audit
-from attempts.taskio.from_image import require_check
+from attempts.taskio.from_image import has_check, require_check
 
 MAX_AGENT_FILES_BYTES = 64 * 1024 * 1024
 SAFE_FILE_NAME = re.compile(r"^[\w][\w.-]{0,99}$")
@@ -168,6 +169,71 @@ def task_export(*, task: Task, spec: ExportSpec, by: str, **filters):
     return attempts
 
 
+# --- what each action on one attempt would refuse, said before it is offered -------------------
+# Each `*_refusal` is '' when the action can work on the attempt as it is now, else why not, in
+# words a reviewer reads; the pages offer an action only when it is '' (or show it disabled with
+# the reason), and the service refuses the same cases.
+
+
+def cancel_refusal(attempt: Attempt) -> str:
+    if attempt.status in DONE_STATUSES:
+        return "it has already ended"
+    if attempt.cancel_requested_at:
+        return f"{attempt.cancel_requested_by or 'someone'} already asked to cancel it"
+    return ""
+
+
+def rerun_refusal(attempt: Attempt) -> str:
+    if attempt.origin == "api":
+        what = "a pool episode" if attempt.pool_index is not None else "an API sandbox"
+        return f"it is {what}: its client did the work, so Boltz has nothing to run again"
+    if not has_check(attempt.task):
+        return f"{attempt.task.slug} has no check (it holds sandboxes started from an image)"
+    return ""
+
+
+def recheck_refusal(attempt: Attempt) -> str:
+    """Why the attempt's check cannot run again now: not ended, a task with no check or with
+    steps, its sandbox gone or busy, or (for a check in a fresh container) its changes never
+    recorded."""
+    task = attempt.task
+    if attempt.status not in DONE_STATUSES:
+        return "a re-check waits until the attempt has finished"
+    if not has_check(task):
+        return f"{task.slug} has no check (it holds sandboxes started from an image)"
+    if task.multi_step:
+        return (
+            "each step of a multi-step task was verified as it ended; the final files are "
+            "not what any one step's verifier saw, so there is nothing to check again"
+        )
+    if attempt.sandbox_deleted_at or attempt.sandbox_state in (
+        SandboxState.NONE,
+        SandboxState.DELETED,
+    ):
+        return "its sandbox is gone, and a re-check needs its files"
+    if not attempt.host or not attempt.container_id:
+        return "its sandbox is gone, and a re-check needs its files"
+    if attempt.sandbox_state == SandboxState.LIVE:
+        return "a re-check is already running; wait for its result"
+    if task.check_place == CheckMode.FRESH and (
+        attempt.changes_state != "recorded" or not attempt.diff_file
+    ):
+        why = f" ({attempt.changes_error})" if attempt.changes_error else ""
+        return (
+            f"its changes were never recorded{why}, and the check runs on the recorded "
+            "changes applied to the base in a fresh container"
+        )
+    return ""
+
+
+def sandbox_delete_refusal(attempt: Attempt) -> str:
+    if attempt.sandbox_deleted_at:
+        return "its sandbox was deleted already"
+    if attempt.status in DONE_STATUSES and not attempt.host:
+        return "it never had a sandbox: it ended before one started"
+    return ""
+
+
 def attempt_cancel(*, attempt: Attempt, by: str) -> bool:
     """Cancel a queued or running attempt. A queued one ends at once; a running one is stopped
     by its worker within a second (its processes and container stop). False if it had ended."""
@@ -217,17 +283,12 @@ def attempt_rerun(*, attempt: Attempt, by: str) -> Attempt:
 
 
 def attempt_recheck(*, attempt: Attempt, by: str) -> None:
-    """Check the attempt's final files again, in its kept sandbox, on the host that owns it."""
-    if attempt.status not in DONE_STATUSES:
-        raise TaskInvalid("attempt", "a re-check waits until the attempt has finished")
-    if attempt.task.multi_step:
-        raise TaskInvalid(
-            "attempt",
-            "each step of a multi-step task was verified as it ended; the final files are "
-            "not what any one step's verifier saw, so there is nothing to check again",
-        )
-    if not attempt.host or not attempt.container_id:
-        raise TaskInvalid("attempt", "its sandbox is gone, and a re-check needs its files")
+    """Check the attempt's final files again where its task's check runs (a fresh container
+    from the recorded changes, in place in its kept sandbox, or a separate verifier's own
+    container), on the worker of the host that kept its sandbox. TaskInvalid as
+    `recheck_refusal` says."""
+    if why := recheck_refusal(attempt):
+        raise TaskInvalid("attempt", why)
     # Claim the kept sandbox (stopped -> live) so a second request is refused at once.
     claimed = Attempt.objects.filter(
         pk=attempt.pk, sandbox_state=SandboxState.STOPPED, sandbox_deleted_at__isnull=True

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from datetime import UTC, datetime
 
-from django.db.models import Avg, Count, Max, Q, QuerySet
+from django.db.models import Avg, BooleanField, Count, ExpressionWrapper, Max, Q, QuerySet
 from django.shortcuts import get_object_or_404
 
 from attempts.core.agent_scores import (
@@ -17,6 +17,7 @@ from attempts.core.agent_scores import (
     sort_key,
     sorted_agents,
 )
+from attempts.core.attempt_states import STATES, state_counts, state_filter
 from attempts.models import (
     DONE_STATUSES,
     SCORED_OUTCOMES,
@@ -80,14 +81,17 @@ TASK_SORTS = {
 TASK_LIST_AGENTS = 6  # agents listed per task on the tasks page (beside the oracle)
 
 
-def agent_tallies(attempts: QuerySet[Attempt]) -> list[tuple[str, str, Tally]]:
-    """(task slug, agent, tally) for each task and agent among `attempts`: one grouped query.
-    Scored: passed, failed, timed out; excluded: every other ended attempt (infrastructure
-    errors, cancellations); running: not ended yet."""
+def agent_tallies(attempts: QuerySet[Attempt]) -> list[tuple[str, str, Tally, bool]]:
+    """(task slug, agent, tally, episodes) for each task and agent among `attempts`, a pool's
+    episodes (`episodes`: True) apart from other attempts with the same label: one grouped
+    query. Scored: passed, failed, timed out; excluded: every other ended attempt
+    (infrastructure errors, cancellations, sandboxes closed without a check); running: not
+    ended yet."""
     scored = Q(outcome__in=SCORED_OUTCOMES)
     rows = (
         attempts.order_by()
-        .values("task__slug", "agent")
+        .annotate(episode=ExpressionWrapper(Q(pool_index__isnull=False), BooleanField()))
+        .values("task__slug", "agent", "episode")
         .annotate(
             scored=Count("pk", filter=scored),
             passed=Count("pk", filter=Q(outcome=Outcome.PASSED)),
@@ -101,19 +105,22 @@ def agent_tallies(attempts: QuerySet[Attempt]) -> list[tuple[str, str, Tally]]:
             r["task__slug"],
             r["agent"],
             Tally(r["scored"], r["passed"], r["mean_score"], r["excluded"], r["running"]),
+            bool(r["episode"]),
         )
         for r in rows
     ]
 
 
 def _best(agents: list[AgentScores], attr: str) -> float | None:
-    """The best value of `attr` among the agents that are not the oracle."""
-    values = [getattr(a, attr) for a in agents if not a.is_oracle]
+    """The best value of `attr` among the agents that are ranked (not the oracle, not a pool's
+    episodes)."""
+    values = [getattr(a, attr) for a in agents if a.ranked]
     return max((v for v in values if v is not None), default=None)
 
 
 def task_rows(*, search: str = "", sort: str = "slug") -> list[dict]:
-    """Every task with its attempt counts by outcome and last activity (one query), and its
+    """Every task with its attempt counts by state (each attempt in exactly one: they add up
+    to its total) and last activity (one query), and its
     scores per agent, the oracle apart (one grouped query). Sorting by pass rate or mean
     score uses the task's best agent that is not the oracle."""
     found = Task.objects.all()
@@ -121,8 +128,7 @@ def task_rows(*, search: str = "", sort: str = "slug") -> list[dict]:
         found = found.filter(Q(slug__icontains=search) | Q(title__icontains=search))
     tasks = found.annotate(
         n_total=Count("attempts"),
-        **{f"n_{o}": Count("attempts", filter=Q(attempts__outcome=o)) for o in Outcome.values},
-        n_active=Count("attempts", filter=~Q(attempts__status__in=DONE_STATUSES)),
+        **{f"n_{s}": Count("attempts", filter=state_filter(s, "attempts__")) for s in STATES},
         last_activity=Max("attempts__created_at"),
     ).only("slug", "title", "validation", "validation_note")
     cells: dict[str, list] = {}
@@ -139,8 +145,7 @@ def task_rows(*, search: str = "", sort: str = "slug") -> list[dict]:
                 "task": t,
                 "url": t.get_absolute_url(),
                 "n": t.n_total,
-                "active": t.n_active,
-                "counts": {o: getattr(t, f"n_{o}") for o in Outcome.values},
+                "states": state_counts({s: getattr(t, f"n_{s}") for s in STATES}),
                 "agents": agents,
                 "lines": shown or [None],  # a task without attempts still takes one line
                 "more_agents": more,
@@ -225,10 +230,10 @@ def plot_points(task: Task, limit: int = 500) -> dict:
         per_agent.setdefault(agent, []).append(
             (n, (finished - started).total_seconds(), outcome or "none")
         )
-    order = [a.agent for a in agents if a.agent in per_agent]
+    order = list(dict.fromkeys(a.agent for a in agents if a.agent in per_agent))
     drawn = set(sorted(order, key=lambda a: -len(per_agent[a]))[:PLOT_MAX_ROWS])
     order = [a for a in order if a in drawn]
-    scores = {a.agent: a for a in agents}
+    scores = {a.agent: a for a in reversed(agents)}  # a label's attempts over its episodes
     numbers = [n for a in order for n, _, _ in per_agent[a]]
     lo, hi = min(numbers), max(numbers)
     top = max(secs for a in order for _, secs, _ in per_agent[a]) or 1.0
@@ -371,7 +376,7 @@ def leaderboard(*, search: str = "", sort: str = "-pass_at_1") -> dict:
             Q(task__slug__icontains=search) | Q(task__title__icontains=search)
         )
     cells = agent_tallies(attempts)
-    tasks = sorted({slug for slug, _, _ in cells})
+    tasks = sorted({cell[0] for cell in cells})
     column, descending = sort_key(sort)
     ranked = sorted_agents(agent_scores(cells), column, descending)
     shown = tasks[:LEADERBOARD_TASKS]

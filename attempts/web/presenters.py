@@ -19,6 +19,7 @@ from attempts.core.ansi import ansi_html, strip_ansi
 from attempts.core.session_outline import STAGE_SHORT, STAGE_TITLES, stage_of
 from attempts.core.timeline import exec_verdict
 from attempts.models import Outcome
+from attempts.web import formats
 
 # Output longer than this many lines shows its last lines, the earlier ones folded above them.
 SHOW_LAST_LINES = 12
@@ -285,7 +286,7 @@ def _event_row(attempt_id: int, event, start) -> Row:
         body = (
             f'<span class="badge outcome-{verdict}">check {verdict}</span> '
             f"{escape(data.get('summary') or '')}"
-            f' <span class="muted">score {"none" if score is None else f"{score:g}"} by '
+            f' <span class="muted">score {formats.score(score)} by '
             f"{escape(by)}</span>{flaky}"
         )
         if data.get("problem"):
