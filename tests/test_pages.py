@@ -50,7 +50,7 @@ def test_unknown_attempt_is_a_404(admin_client):
 def test_task_pages_list_attempts(admin_client, attempt):
     listing = admin_client.get("/").content.decode()
     assert '<a href="/tasks/t/">t</a>' in listing
-    assert "1 infrastructure error</span>" in listing  # one attempt, counted as an infrastructure error
+    assert "1 infrastructure error</span>" in listing  # one attempt, its one state
     html = admin_client.get("/tasks/t/").content.decode()
     assert f'href="/attempts/{attempt.pk}/"' in html
     assert "do &lt;b&gt;it&lt;/b&gt;" in html
