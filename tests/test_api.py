@@ -83,6 +83,10 @@ def test_a_client_drives_a_sandbox_and_every_call_is_on_its_timeline(
                 "status": "modified",
                 "added": 1,
                 "removed": 1,
+                "binary": False,
+                "old_mode": "100644",
+                "new_mode": "100644",
+                "similarity": None,
             }
         ]
         assert (
