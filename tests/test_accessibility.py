@@ -498,9 +498,20 @@ def test_the_diff_is_one_column_on_a_phone_and_dark_mode_follows_the_system(
         )
         if scheme == "dark":
             page.screenshot(path=str(SHOTS / "a11y-changes-dark.png"), full_page=True)
+        # The task page's plot: an agent's name stands out from its band and the plot.
+        page.goto(live_server.url + paths["task"])
+        shades[f"{scheme} plot"] = page.evaluate(
+            """() => ['svg.plot .row .name', 'svg.plot .row .band', 'svg.plot'].map(s => {
+                const style = getComputedStyle(document.querySelector(s));
+                return (s === 'svg.plot' ? style.backgroundColor : style.fill)
+                    .match(/\\d+/g).slice(0, 3).map(Number).reduce((a, b) => a + b, 0); })"""
+        )
         page.context.close()
     assert all(v > 600 for v in shades["light"]), shades
     assert all(v < 200 for v in shades["dark"]), shades
+    for scheme, (name, band, plot) in ((s, shades[f"{s} plot"]) for s in ("light", "dark")):
+        assert abs(name - band) > 350 and abs(name - plot) > 350, (scheme, name, band, plot)
+    assert shades["dark plot"][0] > 600  # light names on the dark plot
 
 
 @pytest.mark.django_db(transaction=True)
@@ -545,15 +556,22 @@ def test_a_table_scrolled_sideways_keeps_its_scroll_and_status_changes_are_said(
     page.goto(live_server.url + paths["task"])
     table = page.locator("#attempts table.grid")
     assert table.evaluate("e => e.scrollWidth > e.clientWidth")  # it does scroll sideways
+    # ...and shows it: its hidden right side fades (boltz.css), then both sides once scrolled.
+    assert table.get_attribute("data-scroll") == "right"
+    assert table.evaluate("e => getComputedStyle(e).maskImage").startswith("linear-gradient")
     page.locator("#attempt-3 a").first.focus()  # (focusing it scrolls it into view: first)
     table.evaluate("e => { e.scrollLeft = 120; }")
+    page.wait_for_function(
+        "() => document.querySelector('#attempts table.grid').dataset.scroll === 'left right'"
+    )
     count_polls(page)
     page.wait_for_function("() => window.__polls >= 3")
     assert table.evaluate("e => e.scrollLeft") == 120
+    assert table.get_attribute("data-scroll") == "left right"  # kept across refreshes
     # A status change arrives: only it changes, and it is said aloud.
     Attempt.objects.filter(pk=running.pk).update(status="checking")
     page.wait_for_selector("#attempt-3 .status-checking")
-    assert "#3: Checking" in page.locator("#live-note[role=status]").inner_text()
+    assert "#3: checking" in page.locator("#live-note[role=status]").inner_text().lower()
     page.evaluate("window.__polls = 0")
     page.wait_for_function("() => window.__polls >= 2")
     assert table.evaluate("e => e.scrollLeft") == 120
