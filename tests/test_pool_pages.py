@@ -89,7 +89,7 @@ def test_the_list_shows_size_steps_mean_reward_and_masked(admin_client, admin_us
     assert "<code>t</code> ×4" in cells
     assert '<td class="num">4</td>' in cells  # size
     assert '<td class="num">37</td>' in cells  # steps taken
-    assert "0.667" in cells  # mean reward: 2.0 over 3 rewards
+    assert "0.67" in cells  # mean reward: 2.0 over 3 rewards
     assert '<td class="num">2</td>' in cells  # masked
     assert "open" in cells
     first = row(html, f"pool-{older.pk}")
@@ -120,14 +120,14 @@ def test_the_detail_links_each_environment_to_its_episodes(admin_client, admin_u
     env0 = row(html, "env-0")
     assert f'<a href="/attempts/{done.pk}/">t #{done.number}</a>' in env0  # its name, not its id
     assert f'href="/attempts/{earlier.pk}/"' in env0 and "reset before it ended" in env0
-    assert "terminated" in env0 and "1.000" in env0  # its reward: the check's score
+    assert "terminated" in env0 and "1.00" in env0  # its reward: the check's score, two decimals
     env1 = row(html, "env-1")
     assert f'<a href="/attempts/{live.pk}/">t #{live.number}</a>' in env1
     assert "live" in env1 and "2 <span" in env1  # steps in the current episode
     assert "not reset yet" in row(html, "env-2")
     assert '<dd id="pool-steps">9</dd>' in html and '<dd id="pool-masked">1 ' in html
     # the group's rewards: one of three environments submitted
-    assert '<td class="num">3</td>' in html and "0.000" in html
+    assert '<td class="num">3</td>' in html and "0.00" in html
     # the episode's own page shows its steps
     page = admin_client.get(f"/attempts/{live.pk}/").content.decode()
     assert "pytest -x" in page
