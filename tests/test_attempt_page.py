@@ -421,7 +421,9 @@ def test_the_search_finds_an_event_far_beyond_the_first_page(admin_client, long_
     assert NEEDLE in there.split(f'id="{href[3]}"')[1].split("</li>")[0]
     # Colours do not hide a match, and matches are listed up to a limit.
     many = admin_client.get(url, {"q": "1 failed, 4 passed"}).content.decode()
-    assert "rows of the whole session match" in many and "page 3" in many
+    listed = many.split('id="found"')[1].split("</section>")[0]
+    assert listed.count("<li>") == 139 and "rows of the whole session match" in listed
+    assert "page 3</a>" in listed and "No event matches" not in listed
     none = admin_client.get(url, {"q": "<script>nothing</script>"}).content.decode()
     assert "No event matches." in none and "<script>nothing" not in none
 
@@ -589,3 +591,59 @@ def test_the_live_tail_of_a_command_printing_5_mb_slowly_shows_its_last_line(
     starts = Event.objects.filter(attempt=attempt, kind="exec", data__phase="start")
     assert all("live" not in e.data for e in starts)
     wait_until(lambda: page.locator("#poller[data-live=no]").count() == 1, what="polling to stop")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(180)
+def test_in_the_browser_jumps_land_across_pages_and_the_live_tail_follows_a_long_session(
+    page, live_server
+):
+    task = new_task("fix-add")
+    attempt = make_attempt(task, 1, outcome="", status="running", score=None)
+    seed_long_session(attempt, 10_000)
+    # A command still running at the end of the session, printing in colour.
+    live = {"stdout": {"tail": "\x1b[32mtick 1\x1b[0m\n", "bytes": 7}, "stderr": {"bytes": 0}}
+    Event.objects.create(
+        attempt=attempt, seq=10_001, kind="exec", actor="agent",
+        data={"phase": "start", "exec": 9_000, "step": "api", "command": "watch", "live": live},
+    )  # fmt: skip
+    url = f"{live_server.url}/attempts/{attempt.pk}/"
+    page.goto(url)
+    # A running attempt opens on its last page, where the command's live tail is.
+    tail = page.locator("#cmd-9000 pre.live")
+    assert tail.inner_text() == "tick 1\n"
+    assert tail.locator("span.ansi-f2").count() == 1
+    page.focus("#timeline-search")
+    Event.objects.filter(attempt=attempt, seq=10_001).update(
+        data={"phase": "start", "exec": 9_000, "step": "api", "command": "watch",
+              "live": {**live, "stdout": {"tail": "tick 2\n", "bytes": 14}}}
+    )  # fmt: skip
+    Event.objects.create(
+        attempt=attempt, seq=10_002, kind="message", actor="agent",
+        data={"role": "assistant", "text": "still here"},
+    )  # fmt: skip
+    page.wait_for_selector("#cmd-9000 pre.live:has-text('tick 2')", timeout=30_000)
+    page.wait_for_selector("li.ev:has-text('still here')", timeout=30_000)
+    assert page.evaluate("document.activeElement.id") == "timeline-search"  # focus kept
+    # The first failure is on page 3: the jump goes there and shows its row.
+    page.click("#jump-failure")
+    page.wait_for_url("**page=3#cmd-*")
+    anchor = page.url.split("#")[1]
+    row = page.locator(f"#{anchor}")
+    assert row.is_visible() and "exit 1" in row.inner_text()
+    assert row.evaluate("r => r.getBoundingClientRect().top") < 900  # brought into view
+    assert page.locator("#poller[data-live=yes]").count() == 1
+    assert "its newest events are on the last page" in page.content()
+    # The check stage's folded system step opens when a jump lands inside it.
+    reset = Event.objects.get(attempt=attempt, kind="exec", data__step="reset", data__phase="start")
+    page.goto(f"{url}?view=timeline&page=20#cmd-{reset.data['exec']}")
+    assert page.locator(f"#cmd-{reset.data['exec']}").is_visible()
+    # Search: a match on another page, one click away.
+    page.fill("#timeline-search", "1 failed, 4 passed")
+    page.press("#timeline-search", "Enter")
+    page.wait_for_url("**q=1+failed*")
+    page.wait_for_selector("#found li a")
+    page.locator("#found li a").first.click()
+    page.wait_for_url("**page=3#cmd-*")
+    assert "1 failed" in page.locator(f"#{page.url.split('#')[1]}").inner_text()
+    Attempt.objects.filter(pk=attempt.pk).update(status="finished", outcome="failed")

@@ -4,6 +4,7 @@ a search over every event of the session, not just the window a page shows."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from django.db.models import Q
@@ -99,30 +100,33 @@ def _snippet(text: str, at: int, size: int) -> str:
 
 def search_events(*, attempt_id: int, query: str) -> tuple[list[Hit], bool]:
     """Events of the attempt whose text (commands, outputs as kept, messages, reasons) holds
-    `query`, case-insensitive, terminal colours ignored: the first SEARCH_LIMIT in seq order,
-    and whether there were more."""
+    `query`, case-insensitive, terminal colours ignored: the first SEARCH_LIMIT rows in seq
+    order (a command counts once, at its first matching event), and whether there were more."""
     query = query.strip()[:MAX_QUERY]
     wanted = query.casefold()
     if not wanted:
         return [], False
     events = Event.objects.filter(attempt_id=attempt_id).order_by("seq")
-    # The database narrows first, by the query's longest word, where the stored JSON spells it
-    # as typed (ASCII, no quote or backslash, which JSON escapes; a colour code sits between
-    # words, not inside one); the match itself is always decided here, colours stripped.
-    word = max(query.split(), key=len)
-    if word.isascii() and word.isprintable() and not set(word) & {'"', "\\"}:
-        events = events.filter(data__icontains=word)
+    # The database narrows first, by the query's longest ASCII word (stored JSON escapes other
+    # characters; a colour code sits between words or next to punctuation, not inside a word);
+    # the match itself is always decided here, on the text with its colours stripped.
+    words = re.findall(r"[A-Za-z0-9_]+", query)
+    if words:
+        events = events.filter(data__icontains=max(words, key=len))
     hits: list[Hit] = []
+    commands = set()  # a command's output events and its end are one row: its first match
     for event in events.only("seq", "kind", "data").iterator(chunk_size=SCAN_BATCH):
+        number = event.data.get("exec") if isinstance(event.data, dict) else None
+        if number is not None and number in commands:
+            continue
         for text in _texts(event.data):
             plain = strip_ansi(text)
             at = plain.casefold().find(wanted)
             if at >= 0:
                 if len(hits) == SEARCH_LIMIT:
                     return hits, True
-                number = event.data.get("exec") if isinstance(event.data, dict) else None
-                hits.append(
-                    Hit(event.seq, event.kind, number, _snippet(plain, at, len(query)))
-                )
+                if number is not None:
+                    commands.add(number)
+                hits.append(Hit(event.seq, event.kind, number, _snippet(plain, at, len(query))))
                 break
     return hits, False
