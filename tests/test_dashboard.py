@@ -660,3 +660,13 @@ def test_each_action_is_refused_where_its_service_would_fail(admin_client):
     )
     page = admin_client.get(f"/attempts/{running.pk}/").content.decode()
     assert 'id="attempt-cancel"' not in page and "hana already asked to cancel it" in page
+
+
+def test_a_task_without_a_check_offers_no_start_and_refuses_one(admin_client):
+    new_task("from-image", check_command="")
+    page = admin_client.get("/tasks/from-image/").content.decode()
+    assert 'id="start-refused"' in page and '<form class="start"' not in page
+    for post in ({}, {"count": "1", "agent": "noop", "confirm": "yes"}):
+        refused = admin_client.post("/tasks/from-image/start/", post)
+        assert refused.status_code == 409 and "has no check to run" in refused.text
+    assert not Attempt.objects.exists()

@@ -21,6 +21,7 @@ from attempts.models import DONE_STATUSES, SEPARATE_VERIFIER, Agent, CheckMode, 
 from attempts.services import attempts as services
 from attempts.services.deletion import attempt_delete, sandbox_delete
 from attempts.services.selectors import attempt_or_404
+from attempts.taskio.from_image import has_check
 from attempts.web import auth
 from attempts.web.task_forms import StartAttemptsForm
 
@@ -86,6 +87,16 @@ def _start_page(request, task, form, status=200):
 @visit_or_post
 def start_attempts(request, slug):
     task = get_object_or_404(Task, slug=slug)
+    if not has_check(task):  # attempts_create refuses it: said before any form
+        return _confirm(
+            request,
+            title=f"Start attempts of {task.slug}?",
+            explanation="",
+            button="",
+            back=task.get_absolute_url(),
+            fields=[],
+            refused=f"{task.slug} holds sandboxes started from an image: it has no check to run",
+        )
     if request.method != "POST":
         return _start_page(request, task, StartAttemptsForm())
     form = StartAttemptsForm(request.POST, request.FILES)
