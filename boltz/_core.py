@@ -397,12 +397,15 @@ class ExecStream:
             self.result = ExecResult.from_json(item["result"])
         elif "stream" in item:
             self._emit(str(item["stream"]), str(item.get("text") or ""))
-        elif "code" in item or "detail" in item:
-            status, code = item.get("status"), item.get("code")
+        elif isinstance(item.get("error"), dict) or "code" in item or "detail" in item:
+            # The server's refusal once the stream had begun: {"error": {"detail", "code",
+            # "status"}}, raised as the same typed error a plain call's answer gives.
+            error = item["error"] if isinstance(item.get("error"), dict) else item
+            status, code = error.get("status"), error.get("code")
             raise make_error(
                 status if isinstance(status, int) and not isinstance(status, bool) else None,
                 code if isinstance(code, str) else None,
-                str(item.get("detail") or "exec failed"),
+                str(error.get("detail") or "exec failed"),
             )
 
     def whole(self, body: bytes) -> ExecResult:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import tarfile
@@ -279,3 +280,70 @@ def test_over_capacity_a_create_waits_then_answers_429_and_idle_sandboxes_close(
         again = alice.post("/api/sandboxes", json={"task": "fix-add", "wait": 60})
         assert again.status_code == 201
         alice.post(f"/api/sandboxes/{again.json()['id']}/close", json={})
+
+
+def _refusal(answer: httpx.Response) -> tuple[int, str, str]:
+    """An error answer as (status, code, media type): every error is the API's JSON shape."""
+    return (
+        answer.status_code,
+        answer.json()["code"],
+        answer.headers["content-type"].split(";")[0],
+    )
+
+
+@pytest.mark.timeout(240)
+def test_a_streamed_exec_is_refused_as_a_plain_one_and_bodies_must_be_objects(
+    web, worker, users, load_example
+):
+    from boltz import AsyncClient, Client, SandboxClosed, SandboxGone
+
+    load_example("fix-add")
+    token = users["alice"]
+    with client(web, token) as alice, Client(web, token=token, timeout=60) as sdk:
+        made = alice.post("/api/sandboxes", json={"task": "fix-add"})
+        assert made.status_code == 201, made.text
+        sid = made.json()["id"]
+
+        # A body that is not one JSON object is refused before anything is done, in the
+        # API's shape, naming what it is; the sandbox stays live.
+        for body in (b"[null, null]", b"3", b'"check"', b"null", b"{not json"):
+            for route in ("close", "exec", "messages"):
+                answer = alice.post(
+                    f"/api/sandboxes/{sid}/{route}",
+                    content=body,
+                    headers={"Content-Type": "application/json"},
+                )
+                assert _refusal(answer) == (400, "invalid", "application/json"), answer.text
+                assert (
+                    "not an object" in answer.json()["detail"]
+                    or "not JSON" in (answer.json()["detail"])
+                )
+        assert alice.get(f"/api/sandboxes/{sid}").json()["state"] == "live"
+        streamed = alice.post(
+            f"/api/sandboxes/{sid}/exec", json={"command": "echo hi", "stream": True}
+        )
+        assert streamed.headers["content-type"] == "application/x-ndjson"
+        assert json.loads(streamed.text.splitlines()[-1])["result"]["stdout"] == "hi\n"
+
+        def refused_both_ways(status: int, code: str, error: type) -> None:
+            for stream in (False, True):
+                answer = alice.post(
+                    f"/api/sandboxes/{sid}/exec", json={"command": "true", "stream": stream}
+                )
+                assert _refusal(answer) == (status, code, "application/json"), answer.text
+                with pytest.raises(error) as raised:
+                    sdk.get_sandbox(sid).exec("true", stream=stream)
+                assert (raised.value.status, raised.value.code) == (status, code)
+
+            async def in_async() -> None:
+                async with AsyncClient(web, token=token, timeout=60) as aio:
+                    sandbox = await aio.get_sandbox(sid)
+                    with pytest.raises(error):
+                        await sandbox.exec("true", on_output=lambda stream, text: None)
+
+            asyncio.run(in_async())
+
+        assert alice.post(f"/api/sandboxes/{sid}/close", json={}).json()["state"] == "closed"
+        refused_both_ways(409, "closed", SandboxClosed)
+        assert alice.delete(f"/api/sandboxes/{sid}").status_code == 204
+        refused_both_ways(410, "gone", SandboxGone)

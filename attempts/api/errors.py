@@ -4,11 +4,14 @@ the OpenAPI document, is `Error`), and the refusals of the services and the work
 
 from __future__ import annotations
 
+import json
+
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpResponse, JsonResponse
 from ninja import NinjaAPI, Schema
 from ninja.errors import HttpError, ValidationError
+from ninja.parser import Parser
 
 from attempts.core.errors import TaskInvalid
 from attempts.dispatch.errors import (
@@ -33,6 +36,9 @@ class Error(Schema):
     code: str
 
 
+# What a handler's refusals answer; document.py adds what every route may answer (401, and 400 and
+# 422 for a parameter or body of the wrong shape). OPERATION_ERRORS: a call run by the
+# sandbox's user (its file permissions may refuse it), CAPACITY_ERRORS: one waiting for room.
 ERRORS = {
     400: Error,
     404: Error,
@@ -43,6 +49,8 @@ ERRORS = {
     503: Error,
     504: Error,
 }
+OPERATION_ERRORS = {**ERRORS, 403: Error}
+CAPACITY_ERRORS = {**ERRORS, 429: Error}
 
 # Each kind of refusal and its HTTP status; a kind's own kinds (FileNotFound is a NotFound,
 # SandboxNotLive a WrongState, ...) answer as it does.
@@ -60,6 +68,38 @@ STATUSES: dict[type[Refusal], int] = {
     TimedOut: 504,
 }
 
+JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+JSON_KINDS[type(None)] = "null"
+
+
+class NotAnObject(ValueError):
+    """A request's body that is not one JSON object."""
+
+
+class ObjectBodies(Parser):
+    """Reads a route's JSON body, which must be one object (every body the API takes is):
+    anything else (`[null]`, `3`, `"x"`, not JSON at all) is refused, 400 `invalid`, before
+    any handler runs, rather than read as an object with every field left at its default."""
+
+    def parse_body(self, request):
+        try:
+            body = json.loads(request.body, parse_float=_number)
+        except (ValueError, RecursionError):
+            raise NotAnObject("the request's body is not JSON: send one JSON object") from None
+        if not isinstance(body, dict):
+            kind = JSON_KINDS.get(type(body), "value")
+            raise NotAnObject(
+                f'the request\'s body is a JSON {kind}, not an object: send {{"field": value, ...}}'
+            )
+        return body
+
+
+def _number(text: str) -> int | float:
+    """A JSON number: an int when it has no fraction (`3.0`), as JSON Schema counts it."""
+    value = float(text)
+    return int(value) if value.is_integer() else value
+
+
 # Django Ninja's own refusals (a body it cannot parse, no token), in the same shape as ours.
 HTTP_CODES = {400: "invalid", 401: "unauthorized", 403: "forbidden", 404: "not_found"}
 NO_TOKEN = "no valid API token: send Authorization: Bearer <token> (manage.py create_token)"
@@ -71,6 +111,12 @@ def status_of(refusal: Refusal) -> int:
         if kind in STATUSES:
             return STATUSES[kind]
     return 500
+
+
+def refusal_body(refusal: Refusal) -> dict:
+    """A refusal said inside an answer that has begun (an exec stream's last line): the
+    error's shape with its status, as the SDK reads it."""
+    return {"detail": refusal.detail, "code": refusal.code, "status": status_of(refusal)}
 
 
 def too_large_response(detail: str) -> HttpResponse:
@@ -106,6 +152,8 @@ def install(api: NinjaAPI) -> None:
     def http_error(request, exc: HttpError):
         code = HTTP_CODES.get(exc.status_code, "invalid")
         detail = NO_TOKEN if exc.status_code == 401 else str(exc)
+        if isinstance(exc.__cause__, NotAnObject):  # its reason, rather than "Cannot parse"
+            detail = str(exc.__cause__)
         response = api.create_response(
             request, {"detail": detail, "code": code}, status=exc.status_code
         )

@@ -10,6 +10,7 @@ from ninja import Router, Schema
 from pydantic import Field
 
 from attempts.api.errors import ERRORS
+from attempts.api.fields import Body
 from attempts.dispatch.errors import NotFound
 from attempts.models import Evaluation
 from attempts.services.predictions import (
@@ -31,7 +32,7 @@ Entries = (
 )
 
 
-class EvaluationIn(Schema):
+class EvaluationIn(Body):
     """`predictions`: a list of prediction objects, or the text of a predictions file (JSONL
     or JSON). `dataset`: the SWE-bench rows, as a list or as the text of a JSONL / JSON file."""
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.urls import reverse
 from ninja import Router, Schema
 from pydantic import ConfigDict, Field
 
 from attempts.api.errors import ERRORS
-from attempts.api.fields import documented
+from attempts.api.fields import Body, documented
 from attempts.dispatch import limits
 from attempts.models import Pool
 from attempts.services import pools
@@ -20,7 +21,31 @@ from attempts.services import pools
 router = Router(tags=["pools"])
 
 
-class PoolIn(Schema):
+class PoolIn(Body):
+    """Give `task` and `size` (that many environments of one task), or `tasks` (one
+    environment per task in the list), not both."""
+
+    model_config = {
+        "json_schema_extra": {
+            "oneOf": [
+                {
+                    "required": ["task", "size"],
+                    "properties": {"task": {"type": "string"}, "tasks": {"type": "null"}},
+                },
+                {
+                    "required": ["tasks"],
+                    "properties": {
+                        "tasks": {
+                            "type": "array",
+                            "minItems": 1,
+                            "maxItems": limits.MAX_POOL_SIZE,
+                        },
+                        "task": {"type": "null"},
+                    },
+                },
+            ]
+        }
+    }
     task: str | None = None
     tasks: list[str] | None = None
     size: int | None = documented(
@@ -39,6 +64,7 @@ class PoolIn(Schema):
         limits.EPISODE_SECONDS,
         "seconds an episode may last (at most BOLTZ_SANDBOX_MAX_TTL)",
         ge=1,
+        le=settings.BOLTZ_SANDBOX_MAX_TTL,
     )
 
 
@@ -81,8 +107,12 @@ class PoolOut(Schema):
     groups: list[GroupOut]
 
 
-class ResetIn(Schema):
-    indices: list[int] | None = None
+class ResetIn(Body):
+    indices: list[int] | None = Field(
+        None,
+        description="the environments to reset, each once (none: every one)",
+        json_schema_extra={"uniqueItems": True, "items": {"type": "integer", "minimum": 0}},
+    )
     wait: float = documented(
         limits.SANDBOX_WAIT,
         f"seconds each environment waits for room (at most {limits.MAX_SANDBOX_WAIT:g})",
@@ -96,7 +126,7 @@ class ResetOut(Schema):
     info: dict[str, Any]
 
 
-class ActionIn(Schema):
+class ActionIn(Body):
     """Its parts run in this order: write, patch, run, submit."""
 
     model_config = ConfigDict(extra="forbid")
@@ -120,12 +150,12 @@ class ActionIn(Schema):
 STEP_WAIT = "seconds to wait for the answer (none: what the action's parts may take)"
 
 
-class StepIn(Schema):
+class StepIn(Body):
     actions: list[ActionIn | None]
     timeout: float | None = documented(None, STEP_WAIT, gt=0)
 
 
-class EnvStepIn(Schema):
+class EnvStepIn(Body):
     action: ActionIn
     timeout: float | None = documented(None, STEP_WAIT, gt=0)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 from datetime import datetime
 
@@ -13,13 +14,14 @@ from django.conf import settings
 from django.db import transaction
 from django.http import HttpResponse, StreamingHttpResponse
 from django.urls import reverse
-from ninja import NinjaAPI, Query, Schema
+from ninja import Query, Schema
 from ninja.security import HttpBearer, django_auth
 from pydantic import Field
 
 from attempts.api import errors
-from attempts.api.errors import ERRORS, Error
-from attempts.api.fields import documented
+from attempts.api.document import BoltzAPI
+from attempts.api.errors import CAPACITY_ERRORS, ERRORS, OPERATION_ERRORS, ObjectBodies
+from attempts.api.fields import PATH_RULE, Body, documented, one_of, path_query
 from attempts.api.pools import router as pools_router
 from attempts.api.tokens import callback_key, token_user
 from attempts.core.diffview import split_files
@@ -47,12 +49,13 @@ class TokenAuth(HttpBearer):
         return user
 
 
-api = NinjaAPI(
+api = BoltzAPI(
     title="Boltz",
     version="1",
     description="Sandboxes for AI-agent attempts at coding tasks. See docs/API.md.",
     auth=TokenAuth(),
     urls_namespace="api",
+    parser=ObjectBodies(),
 )
 api.add_router("/pools", pools_router)
 api.add_router("/evaluations", "attempts.api.evaluations.router")
@@ -68,13 +71,29 @@ class TaskOut(Schema):
     check_mode: str
 
 
-class SandboxIn(Schema):
+SECONDS_OR_DEFAULT = {"anyOf": [{"type": "number", "minimum": 1}, {"const": 0}, {"type": "null"}]}
+
+
+class SandboxIn(Body):
+    """Give exactly one of `task` (a task's slug) and `image` (an image on the worker hosts)."""
+
+    model_config = one_of(("task", "image"))
     task: str = ""
     image: str = ""
     labels: dict[str, str] = {}
     agent: str = ""
-    ttl: float | None = None
-    idle_timeout: float | None = None
+    ttl: float | None = Field(
+        None,
+        description="seconds it may live (0 or null: BOLTZ_SANDBOX_DEFAULT_TTL; cut to "
+        "BOLTZ_SANDBOX_MAX_TTL)",
+        json_schema_extra=SECONDS_OR_DEFAULT,
+    )
+    idle_timeout: float | None = Field(
+        None,
+        description="seconds without a call before it is closed (0 or null: "
+        "BOLTZ_SANDBOX_IDLE_TIMEOUT)",
+        json_schema_extra=SECONDS_OR_DEFAULT,
+    )
     wait: float = Field(
         limits.SANDBOX_WAIT,
         description="seconds to wait for a host with room (at most "
@@ -132,11 +151,25 @@ COMMAND_BOUND = (
 )
 
 
-class ExecIn(Schema):
+class ExecIn(Body):
     command: str | list[str] = Field(
-        description=f"a shell command (run by /bin/sh -c) or an argv list; {COMMAND_BOUND}"
+        description=f"a shell command (run by /bin/sh -c) or an argv list; {COMMAND_BOUND}",
+        json_schema_extra={
+            "anyOf": [
+                {"type": "string", "minLength": 1, "maxLength": limits.MAX_ARG_BYTES},
+                {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {"type": "string", "maxLength": limits.MAX_ARG_BYTES},
+                },
+            ]
+        },
     )
-    cwd: str = "."
+    cwd: str = Field(
+        ".",
+        description="the folder it runs in (empty: the working folder)",
+        json_schema_extra=PATH_RULE,
+    )
     env: dict[str, str] = Field(
         {},
         description="variables added to the command's environment: at most "
@@ -150,7 +183,11 @@ class ExecIn(Schema):
     )
     stdin: str | None = None
     stdin_base64: str | None = None
-    user: str | None = None
+    user: str | None = Field(
+        None,
+        description="another user of the image to run as, by name or uid (never root)",
+        json_schema_extra={"pattern": f"^({sandboxes.USER_NAME.pattern})?$"},
+    )
     max_output: int | None = documented(
         None,
         "streams up to this many bytes come back whole (else their head and tail)",
@@ -208,24 +245,51 @@ class DiffOut(Schema):
     files: list[DiffFileOut]
 
 
-class MessageIn(Schema):
+class MessageIn(Body):
     role: str = "assistant"
     content: str
 
 
-class CloseIn(Schema):
+class CloseIn(Body):
     check: bool = False
 
 
-class AttemptsIn(Schema):
-    agent: str
+class AttemptsIn(Body):
+    """`agent`: a built-in agent (`command` runs `command`; the others take none) or the name
+    of a saved agent (admin: Agents), which brings its own command."""
+
+    model_config = {
+        "json_schema_extra": {
+            "oneOf": [
+                {
+                    "properties": {"agent": {"const": "command"}, "command": {"pattern": r"\S"}},
+                    "required": ["agent", "command"],
+                },
+                {
+                    "properties": {
+                        "agent": {"not": {"const": "command"}},
+                        "command": {"pattern": r"^\s*$"},
+                    },
+                },
+            ]
+        }
+    }
+    agent: str = Field(
+        description="noop, reference, command, or a saved agent's name",
+        json_schema_extra={"minLength": 1},
+    )
     command: str = Field(
         "",
         description=f"the command agent's command: at most "
         f"{limits.MAX_ARG_BYTES} bytes (longer: 400 invalid)",
+        json_schema_extra={"maxLength": limits.MAX_ARG_BYTES},
     )
     n: int = documented(1, "attempts to start", ge=1, le=limits.MAX_ATTEMPTS_AT_ONCE)
-    callback_url: str = ""
+    callback_url: str = Field(
+        "",
+        description="where each attempt's outcome is POSTed (a public http(s) URL; docs/API.md)",
+        json_schema_extra={"maxLength": 1000, "pattern": "^(https?://.*)?$"},
+    )
 
 
 class AttemptOut(Schema):
@@ -242,8 +306,15 @@ class AttemptOut(Schema):
     url: str
 
 
-class WaitIn(Schema):
-    ids: list[int]
+class WaitIn(Body):
+    ids: list[int] = Field(
+        description="the attempts to wait for",
+        json_schema_extra={
+            "minItems": 1,
+            "maxItems": limits.MAX_WAIT_IDS,
+            "items": {"type": "integer", "minimum": 1, "maximum": limits.MAX_ID},
+        },
+    )
     timeout: float = documented(
         limits.ATTEMPTS_WAIT,
         "seconds to wait for every attempt to end",
@@ -354,7 +425,7 @@ def get_attempt(request, attempt_id: int):
 
 
 # --- sandboxes ----------------------------------------------------------------------------------
-@api.post("/sandboxes", response={201: SandboxOut, 429: Error, **ERRORS}, tags=["sandboxes"])
+@api.post("/sandboxes", response={201: SandboxOut, **CAPACITY_ERRORS}, tags=["sandboxes"])
 def create_sandbox(request, body: SandboxIn):
     attempt = sandboxes.sandbox_create(
         user=request.user,
@@ -369,6 +440,7 @@ def create_sandbox(request, body: SandboxIn):
     return 201, sandbox_out(request, attempt)
 
 
+MODE = re.compile(r"^0?[0-7]{1,3}$")
 LABELS = Query([], description="k=v; give several to match every one")
 
 
@@ -396,7 +468,9 @@ def get_sandbox(request, sandbox_id: int):
     return sandbox_out(request, sandbox_for(request.user, sandbox_id))
 
 
-@api.post("/sandboxes/{sandbox_id}/exec", response={200: ExecOut, **ERRORS}, tags=["sandboxes"])
+@api.post(
+    "/sandboxes/{sandbox_id}/exec", response={200: ExecOut, **OPERATION_ERRORS}, tags=["sandboxes"]
+)
 def exec_command(request, sandbox_id: int, body: ExecIn):
     attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
     stdin = sandboxes.exec_stdin(body.stdin, body.stdin_base64)
@@ -417,6 +491,8 @@ def exec_command(request, sandbox_id: int, body: ExecIn):
             for item in answer:
                 if "result" in item:
                     item = {"result": _exec_out(request, attempt, item["result"])}
+                elif "error" in item:
+                    item = {"error": errors.refusal_body(item["error"])}
                 yield json.dumps(item).encode() + b"\n"
 
         return StreamingHttpResponse(lines(), content_type="application/x-ndjson")
@@ -456,50 +532,69 @@ def raw_output(request, attempt_id: int, name: str):
     return response
 
 
-@api.get("/sandboxes/{sandbox_id}/files", response={200: None, **ERRORS}, tags=["files"])
-def read_file(request, sandbox_id: int, path: str, max_bytes: int | None = None):
+@api.get("/sandboxes/{sandbox_id}/files", response={200: None, **OPERATION_ERRORS}, tags=["files"])
+def read_file(
+    request,
+    sandbox_id: int,
+    path: str = path_query(),
+    max_bytes: int | None = Query(
+        None, description="at most this many bytes (more: 413 too_large)", ge=0
+    ),
+):
     attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
     data = sandboxes.sandbox_read(attempt, path=path, max_bytes=max_bytes)
     return HttpResponse(data, content_type="application/octet-stream")
 
 
-@api.put("/sandboxes/{sandbox_id}/files", response={200: Written, **ERRORS}, tags=["files"])
-def write_file(request, sandbox_id: int, path: str, mode: str = "644"):
+@api.put(
+    "/sandboxes/{sandbox_id}/files", response={200: Written, **OPERATION_ERRORS}, tags=["files"]
+)
+def write_file(
+    request,
+    sandbox_id: int,
+    path: str = path_query(),
+    mode: str = Query("644", description="octal permissions", pattern=MODE.pattern),
+):
     attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
-    try:
-        bits = int(mode, 8)
-    except ValueError:
-        raise InvalidRequest("mode", "give octal permissions such as 644") from None
-    if not 0 <= bits <= 0o777:
+    if not MODE.search(mode):  # int(mode, 8) alone takes " 644", "+644", "0o644", "6_44"
         raise InvalidRequest("mode", "give octal permissions such as 644")
+    bits = int(mode, 8)
     data = _body(request)
     return dataclasses.asdict(sandboxes.sandbox_write(attempt, path=path, data=data, mode=bits))
 
 
 @api.get(
-    "/sandboxes/{sandbox_id}/files/list", response={200: list[FileEntry], **ERRORS}, tags=["files"]
+    "/sandboxes/{sandbox_id}/files/list",
+    response={200: list[FileEntry], **OPERATION_ERRORS},
+    tags=["files"],
 )
-def list_files(request, sandbox_id: int, path: str = "."):
+def list_files(request, sandbox_id: int, path: str = path_query(".")):
     attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
     return [dataclasses.asdict(entry) for entry in sandboxes.sandbox_list(attempt, path=path)]
 
 
-@api.delete("/sandboxes/{sandbox_id}/files", response={204: None, **ERRORS}, tags=["files"])
-def delete_file(request, sandbox_id: int, path: str):
+@api.delete(
+    "/sandboxes/{sandbox_id}/files", response={204: None, **OPERATION_ERRORS}, tags=["files"]
+)
+def delete_file(request, sandbox_id: int, path: str = path_query()):
     attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
     sandboxes.sandbox_remove(attempt, path=path)
     return 204, None
 
 
-@api.get("/sandboxes/{sandbox_id}/archive", response={200: None, **ERRORS}, tags=["files"])
-def download_archive(request, sandbox_id: int, path: str = "."):
+@api.get(
+    "/sandboxes/{sandbox_id}/archive", response={200: None, **OPERATION_ERRORS}, tags=["files"]
+)
+def download_archive(request, sandbox_id: int, path: str = path_query(".")):
     attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
     data = sandboxes.sandbox_download(attempt, path=path)
     return HttpResponse(data, content_type="application/x-tar")
 
 
-@api.put("/sandboxes/{sandbox_id}/archive", response={200: Written, **ERRORS}, tags=["files"])
-def upload_archive(request, sandbox_id: int, path: str = "."):
+@api.put(
+    "/sandboxes/{sandbox_id}/archive", response={200: Written, **OPERATION_ERRORS}, tags=["files"]
+)
+def upload_archive(request, sandbox_id: int, path: str = path_query(".")):
     attempt = sandbox_for(request.user, sandbox_id, routing_only=True)
     path = sandboxes.workspace_path(path)  # a bad path is refused before the body is read
     return dataclasses.asdict(sandboxes.sandbox_upload(attempt, path=path, data=_body(request)))

@@ -386,10 +386,16 @@ def sandbox_check(attempt: Attempt, *, timeout: float) -> int:
 # --- exec ------------------------------------------------------------------------------------
 def exec_stream(attempt: Attempt, request: p.ExecRequest, *, timeout: float) -> Iterator[dict]:
     """An exec whose output comes as it is made: {"stream", "text"} items read from the
-    timeline (the worker writes them there as the command runs), then {"result": answer}."""
+    timeline (the worker writes them there as the command runs), then {"result": answer}.
+    What refuses it before it runs (a closed or deleted sandbox, Redis down) is raised here,
+    before the stream begins, so it is answered as the plain exec's refusal is."""
     _ready(attempt)
     with _channel(request.op, timeout):
         started = opcalls.send(attempt.host, attempt.pk, request, timeout=timeout)
+    return _streamed(attempt, request, started, timeout=timeout)
+
+
+def _streamed(attempt: Attempt, request: p.ExecRequest, started, *, timeout: float):
     deadline = time.monotonic() + timeout
     number, after = None, 0
     while True:
@@ -424,8 +430,8 @@ def exec_stream(attempt: Attempt, request: p.ExecRequest, *, timeout: float) -> 
 
 def _stream_error(refusal: Refusal) -> dict:
     """A stream's last item when its exec cannot answer: the stream has begun, so the
-    refusal is said in it."""
-    return {"error": {"detail": refusal.detail, "code": refusal.code}}
+    refusal is said in it (the API writes it in its errors' shape, with the status)."""
+    return {"error": refusal}
 
 
 def sandbox_exec(
@@ -525,7 +531,7 @@ def exec_user(user: str | None, *, allow_root=lambda: False) -> str:
     """Who a command runs as: "" for the task's agent user (the sandbox user), else a user
     name or uid the worker looks up in the sandbox. Root only where the task allows it (a
     Harbor task whose image runs as root; `allow_root()` says), and never with capabilities."""
-    user = (user or "").strip()
+    user = user or ""  # as given: " bob" is not a user name (the API's document says so)
     if not user:
         return ""
     if user in ("sandbox", str(SANDBOX_UID)):  # asked for by name: that user, not the task's
