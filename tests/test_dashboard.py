@@ -670,3 +670,22 @@ def test_a_task_without_a_check_offers_no_start_and_refuses_one(admin_client):
         refused = admin_client.post("/tasks/from-image/start/", post)
         assert refused.status_code == 409 and "has no check to run" in refused.text
     assert not Attempt.objects.exists()
+
+
+def test_each_attempt_is_in_exactly_the_state_its_badge_shows():
+    """Every status with every outcome (and none): one state each, the filter that counts it
+    and the badge that shows it agree, so counts by state always add up to the total."""
+    from attempts.core.attempt_states import STATES, state_filter, state_of
+    from attempts.models import Outcome, Status
+
+    task = make_task()
+    combos = [(s, o) for s in Status.values for o in ["", *Outcome.values]]
+    for n, (status, outcome) in enumerate(combos, start=1):
+        make_attempt(task, n, outcome, status=status)
+    for attempt in Attempt.objects.all():
+        matching = [k for k in STATES if Attempt.objects.filter(state_filter(k), pk=attempt.pk)]
+        assert matching == [state_of(attempt.status, attempt.outcome)], attempt.__dict__
+    assert sum(Attempt.objects.filter(state_filter(k)).count() for k in STATES) == len(combos)
+    assert state_of("finished", "") == "unchecked" and STATES["unchecked"][0] == (
+        "closed, not checked"
+    )
