@@ -148,6 +148,35 @@ def _api_attempt(web) -> int:
         return box.id
 
 
+OTHER = "text-utils"  # a second task: its pairs' chosen of the other shape (file writes)
+FIXES = {
+    'text = re.sub(r"[^a-z0-9]+", "-", text)': 'text = re.sub(r"[^a-z0-9]+", "-", text.lower())',
+    'return len(text.split(" "))': "return len(text.split())",
+    'return text[:width] + "..."': 'return text[: max(width - 3, 0)] + "..."',
+}
+
+
+def _writing_attempts(web) -> list[int]:
+    """Two API agents of OTHER that change files only through the API (no command): one
+    writes the fix and passes, one writes a wrong file and fails."""
+    source = (EXAMPLES / OTHER / "repo" / "textutils.py").read_text()
+    for old, new in FIXES.items():
+        source = source.replace(old, new)
+    done = []
+    with sdk_client(web, "writer") as client:
+        with client.sandbox(OTHER, agent="api-writer") as box:
+            box.files.write("textutils.py", source)
+            box.message("assistant", "Wrote the fix.")
+            box.close(check=True)
+            done.append(box.id)
+        with client.sandbox(OTHER, agent="api-writer") as box:
+            box.files.write("NOTES.md", "slugify: look at it later\n")
+            box.message("assistant", "Left a note.")
+            box.close(check=True)
+            done.append(box.id)
+    return done
+
+
 def _plain(attempt) -> dict:
     """What the tests compare with: the attempt and its agent's actions, from its timeline."""
     from attempts.models import EventKind
@@ -158,6 +187,8 @@ def _plain(attempt) -> dict:
             actions.append(("exec", event.data["command"]))
         elif event.kind == EventKind.MESSAGE:
             actions.append((event.data.get("role", "assistant"), event.data.get("text", "")))
+        elif event.kind == EventKind.FILE and event.data.get("action") == "write":
+            actions.append(("write", event.data["path"], event.data["content"]))
     return {
         "id": attempt.pk,
         "agent": attempt.agent,
@@ -177,11 +208,14 @@ def exported(django_db_setup, django_db_blocker, worker, web, tmp_path_factory):
     out = tmp_path_factory.mktemp("training-exports")
     with django_db_blocker.unblock():
         task, _ = load_task_dir(EXAMPLES / SLUG)
+        load_task_dir(EXAMPLES / OTHER)
         api_id = _api_attempt(web)
+        writers = _writing_attempts(web)
         queued = [attempt_create(task=task, agent="command", command=c) for c in PASSING + FAILING]
         queued += [attempt_create(task=task, agent=a) for a in ORACLES]
         finished = wait_finished([Attempt.objects.get(pk=api_id), *queued], timeout=150)
         attempts = {a.pk: _plain(a) for a in finished}
+        others = {a.pk: _plain(a) for a in Attempt.objects.filter(pk__in=writers)}
         files, messages = {}, {}
         for name, (fmt, flavour, extra) in EXPORTS.items():
             path = out / (name + (".parquet" if flavour == "verl" else ".jsonl"))
@@ -191,11 +225,22 @@ def exported(django_db_setup, django_db_blocker, worker, web, tmp_path_factory):
                 "-o", str(path), stdout=said,
             )  # fmt: skip
             files[name], messages[name] = path, said.getvalue()
+        for name in ("sft_hf", "pairs_dpo", "pairs_kto", "rl_jsonl"):
+            fmt, flavour, extra = EXPORTS[name]
+            path = out / "other" / f"{name}.jsonl"
+            path.parent.mkdir(exist_ok=True)
+            call_command(
+                "export_task", OTHER, "--format", fmt, "--flavour", flavour, *extra,
+                "-o", str(path), stdout=io.StringIO(),
+            )  # fmt: skip
+            files[f"other_{name}"] = path
     try:
-        yield SimpleNamespace(task=task, attempts=attempts, files=files, messages=messages)
+        yield SimpleNamespace(
+            task=task, attempts=attempts, others=others, files=files, messages=messages
+        )
     finally:
         with django_db_blocker.unblock():
-            for pk in attempts:
+            for pk in [*attempts, *others]:
                 for container in containers_of(pk):
                     runtime.remove_container(container["id"])
             # As a transactional test leaves it: the next module starts on an empty database.
@@ -365,6 +410,8 @@ def test_datasets_loads_every_format_and_flavour_with_the_right_row_counts(hf, e
     }
     cache = Path(_HF_HOME) / "load"
     for name, path in exported.files.items():
+        if name.startswith("other_"):
+            continue  # the second task's: see the next test
         kind = "parquet" if path.suffix == ".parquet" else "json"
         ds = hf.datasets.load_dataset(
             kind, data_files=str(path), split="train", cache_dir=str(cache)
@@ -373,6 +420,54 @@ def test_datasets_loads_every_format_and_flavour_with_the_right_row_counts(hf, e
     dpo = lines(exported.files["pairs_dpo"])
     assert all(r["chosen_score"] > r["rejected_score"] for r in dpo)
     assert {r["label"] for r in lines(exported.files["pairs_kto"])} == {True, False}
+
+
+def test_two_tasks_files_load_in_one_call_and_train_a_step_together(
+    hf, exported, tokenizer, tmp_path
+):
+    """fix-add's chosen are shell commands and their results; text-utils' chosen is an API
+    client's file write and a message (it used to be the message alone, typed differently).
+    Each format's files of both tasks load in one load_dataset call, in either order."""
+    writer_pass, _writer_fail = sorted(exported.others)
+    fixed = exported.others[writer_pass]
+    assert fixed["outcome"] == "passed" and [a[0] for a in fixed["actions"]] == [
+        "write",
+        "assistant",
+    ]
+    dpo = lines(exported.files["other_pairs_dpo"])
+    assert len(dpo) == 1 and dpo[0]["chosen_attempt"] == writer_pass
+    [write_call] = [m for m in dpo[0]["chosen"] if m["tool_calls"]]
+    command = write_call["tool_calls"][0]["function"]["arguments"]["command"]
+    assert (
+        command.startswith("cat > textutils.py <<'BOLTZ_EOF'\n")
+        and FIXES['return len(text.split(" "))'] in command
+    )  # the content the client wrote, not "Wrote the fix." alone
+    assert dpo[0]["chosen"][-1]["content"] == "Wrote the fix."
+    cache = str(Path(_HF_HOME) / "together")
+    for name in ("sft_hf", "pairs_dpo", "pairs_kto", "rl_jsonl"):
+        pair = [str(exported.files[name]), str(exported.files[f"other_{name}"])]
+        for files in (pair, pair[::-1]):
+            ds = hf.datasets.load_dataset("json", data_files=files, split="train", cache_dir=cache)
+            assert len(ds) == sum(len(lines(Path(f))) for f in files), name
+    both = hf.datasets.load_dataset(
+        "json",
+        data_files=[str(exported.files["other_sft_hf"]), str(exported.files["sft_hf"])],
+        split="train",
+        cache_dir=cache,
+    )
+    assert OTHER in both["metadata"][0]["task"]
+    tok = _copy(tokenizer, _template(hf, "qwen3"))
+    args = hf.trl.SFTConfig(
+        output_dir=str(tmp_path / "sft-two"),
+        assistant_only_loss=True,
+        per_device_train_batch_size=2,
+        max_length=2048,
+        **TRAINER_ARGS,
+    )
+    trainer = hf.trl.SFTTrainer(
+        model=_tiny_model(hf, tok), args=args, train_dataset=both, processing_class=tok
+    )
+    assert trainer.train().global_step == 1
 
 
 def test_a_filter_matching_nothing_writes_an_empty_file_and_says_so(load_example, tmp_path):

@@ -176,9 +176,12 @@ class _Actions:
         return command
 
 
-def _file_command(data: dict) -> str:
-    """The shell command that does what an API client's file operation did."""
+def _file_command(data: dict, workdir: str) -> str:
+    """The shell command that does what an API client's file operation did (paths in the
+    working folder, where the `shell` tool runs, relative to it)."""
     path, action = data.get("path", ""), data.get("action")
+    if workdir and path.startswith(workdir.rstrip("/") + "/"):
+        path = path[len(workdir.rstrip("/")) + 1 :]
     if action == "delete":
         return file_actions.delete_command(path)
     if action == "upload":
@@ -229,7 +232,12 @@ def conversation(attempt: Attempt) -> Conversation:
                 continue  # reads, listings, downloads change nothing
             if file_actions.cut_bytes(data):
                 convo.files_cut.append(len(convo.turns))
-            _call(convo, f"call_f{event.seq}", redact(_file_command(data)), "[exit code 0]")
+            _call(
+                convo,
+                f"call_f{event.seq}",
+                redact(_file_command(data, task.workdir)),
+                "[exit code 0]",
+            )
             if "file_writes" not in synthetic:
                 synthetic.append("file_writes")
             continue
