@@ -325,6 +325,10 @@ def test_query_counts_stay_small_for_big_tasks_and_timelines(
         assert admin_client.get("/tasks/fix-add/").status_code == 200
     with django_assert_max_num_queries(12):
         response = admin_client.get(f"/attempts/{big.pk}/")
+    assert response.status_code == 200  # a finished attempt opens on its first page of 500
+    assert b'id="ev-500"' in response.content and b'id="ev-501"' not in response.content
+    with django_assert_max_num_queries(12):
+        response = admin_client.get(f"/attempts/{big.pk}/?page=10")
     assert response.status_code == 200 and b'id="ev-5000"' in response.content
 
 
