@@ -3,10 +3,15 @@ Docker): Inspect's own portable conformance suite for sandbox providers passes o
 sandbox, and an Inspect eval runs a task in Boltz sandboxes and scores it with the task's check.
 
 The conformance checks are Inspect's (`inspect_ai.util._sandbox.self_check`), collected here
-with the `sandbox_env` fixture its docstring describes. One is an expected failure, declared in
-the fixture with its reason: `test_exec_as_user` needs `user="root"` (to run `adduser`), and
-a Boltz sandbox never runs a command as root (DESIGN.md, sandbox rules): the provider raises
-SandboxUserUnsupportedError for it, as Inspect's contract provides.
+with the `sandbox_env` fixture its docstring describes, and run twice: once on a task-less
+sandbox of the default image, where `test_exec_as_user` is an expected failure declared in the
+fixture with its reason (it needs `user="root"` to run `adduser`, and such a sandbox never runs
+a command as root: the provider raises SandboxUserUnsupportedError, as Inspect's contract
+provides), and once on a sandbox of a Harbor task that allows root (its agent runs as root),
+where `exec(user="root")` runs as root and 43 pass: `test_exec_as_user` is an expected failure
+there too, for another reason, declared with it: root has no capabilities, and `adduser` needs
+CAP_CHOWN (DESIGN.md's sandbox rules; a root that could override file ownership could reach an
+in-place check's witness pipe).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from attempts.run.heartbeat import register_this_host
 from boltz import AsyncClient, BoltzError, Client
 from boltz.inspect_ai import BoltzSandbox, BoltzSandboxEnvironment, boltz_check
 from tests.conftest import ROOT, agent_commands, wait_until
+from tests.test_harbor import HARBOR, run_import
 
 pytestmark = [pytest.mark.docker, pytest.mark.worker, pytest.mark.timeout(180)]
 
@@ -38,6 +44,12 @@ IMAGE = "boltz-sandbox:bookworm"
 ROOT_ONLY = {
     "test_exec_as_user": "needs user='root' (adduser); Boltz never runs a command as root, "
     "so the provider raises SandboxUserUnsupportedError, as Inspect's contract provides"
+}
+# On the root task's sandbox the same check runs as root, and fails at adduser: a root without
+# capabilities cannot give a file to another group (groupadd writing /etc/gshadow) or a home to
+# another user. Capabilities are not given: see docs/INTEGRATIONS.md.
+ROOT_WITHOUT_CAPABILITIES = {
+    "test_exec_as_user": "root runs, without capabilities: adduser cannot chown (/etc/gshadow)"
 }
 
 
@@ -81,21 +93,45 @@ def shared_sandbox(checks_account):
             box.close()
 
 
+@pytest.fixture(scope="module")
+def root_task_sandbox(checks_account, django_db_blocker):
+    """One sandbox of a Harbor task that allows root (no USER in its image, so its agent runs
+    as root; its verifier in a container of its own) for the second run of the checks."""
+    with django_db_blocker.unblock():
+        run_import(HARBOR / "separate-grader")
+    url, token = checks_account
+    with Client(url, token=token, timeout=60) as client:
+        box = client.sandbox(task="separate-grader", labels={"suite": "inspect-self-check"})
+        try:
+            yield box.id
+        finally:
+            box.close()
+
+
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
 
 
+@pytest.fixture(params=["image", "root-task"])
+def checked_sandbox(request):
+    """The id of the shared sandbox a check runs on: the default image's (no root: the
+    root-only check is an expected failure) or the root task's (root runs; the check that makes a user fails for want of capabilities)."""
+    root_task = request.param == "root-task"
+    reason = (ROOT_WITHOUT_CAPABILITIES if root_task else ROOT_ONLY).get(request.node.originalname)
+    if reason:  # for that reason only: root refused, or root's adduser failing
+        raises = AssertionError if root_task else SandboxUserUnsupportedError
+        request.node.add_marker(pytest.mark.xfail(reason=reason, raises=raises, strict=True))
+    return request.getfixturevalue("root_task_sandbox" if root_task else "shared_sandbox")
+
+
 @pytest.fixture
-async def sandbox_env(request, checks_account, shared_sandbox):
-    """Inspect's `sandbox_env`: a BoltzSandboxEnvironment on the shared sandbox."""
-    reason = ROOT_ONLY.get(request.node.originalname)
-    if reason:
-        request.node.add_marker(pytest.mark.xfail(reason=reason, strict=True))
+async def sandbox_env(checks_account, checked_sandbox):
+    """Inspect's `sandbox_env`: a BoltzSandboxEnvironment on one of the shared sandboxes."""
     url, token = checks_account
     client = AsyncClient(url, token=token, timeout=120)
     try:
-        yield BoltzSandboxEnvironment(client, await client.get_sandbox(shared_sandbox))
+        yield BoltzSandboxEnvironment(client, await client.get_sandbox(checked_sandbox))
     finally:
         await client.close()
 
@@ -109,6 +145,25 @@ for _name in [n for n in dir() if n.startswith("test_") and n in globals()]:
 
 # --- what the checks do not cover -----------------------------------------------------------------
 @pytest.mark.anyio
+@pytest.mark.parametrize("checked_sandbox", ["root-task"], indirect=True)
+async def test_a_root_task_runs_root_without_capabilities_and_the_init_out_of_its_reach(
+    sandbox_env,
+):
+    said = await sandbox_env.exec(
+        ["sh", "-c", "id -u; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; kill -TERM 1"],
+        user="root",
+    )
+    # The server let root run (the task allows it), with no capability, no new privileges, and
+    # the init (another uid) out of its reach: the sandbox lives on.
+    assert said.stdout == "0\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\n"
+    assert not said.success and "not permitted" in said.stderr
+    assert (await sandbox_env.exec(["whoami"], user="0")).stdout == "root\n"
+    other = await sandbox_env.exec(["id", "-un"], user="nobody")
+    assert (other.success, other.stdout) == (True, "nobody\n")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("checked_sandbox", ["image"], indirect=True)
 async def test_root_is_unsupported_output_comes_whole_and_an_image_sandbox_has_no_check(
     sandbox_env,
 ):
