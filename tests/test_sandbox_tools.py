@@ -296,6 +296,12 @@ def test_api_uploads_are_unpacked_by_the_sandbox_user(web, worker, load_example)
                     content=payload.getvalue(),
                 )
                 assert done.status_code == 200 and done.json()["files"] == 3, done.text
+            # The timeline keeps what was uploaded, contents too (for the exports), read once.
+            from attempts.models import Event
+
+            upload = Event.objects.filter(kind="file", data__action="upload").last()
+            kept = {e["path"]: e.get("content") for e in upload.data["entries"]}
+            assert "x = 1\n" in kept.values() and "t" in kept.values(), upload.data
             owners = api.post(
                 f"/api/sandboxes/{sid}/exec",
                 json={"command": "stat -c '%u:%g %a %N' up up/pkg up/pkg/mod.py up/top.txt"},

@@ -702,8 +702,12 @@ def upload_archive(session: SandboxSession, path: str, data: bytes) -> int:
             ):
                 for source, member in entries:
                     info = _upload_entry(member, path)
-                    kept.add(info, source.extractfile(member) if member.isfile() else None)
-                    tar.addfile(info, source.extractfile(member) if member.isfile() else None)
+                    # A stream is read once: its head is kept as it goes into the repacked tar.
+                    body = None
+                    if member.isfile():
+                        body = _Head(source.extractfile(member), kept.limit)
+                    tar.addfile(info, body)
+                    kept.add(info, body.head if body is not None else b"")
                     members += 1
         except ArchiveTooLarge as exc:
             raise FileOpError("too_large", f"the archive {exc}") from None
@@ -736,7 +740,15 @@ class _UploadRecord:
         self.omitted = 0
         self.budget = file_actions.RECORDED_UPLOAD_BYTES
 
-    def add(self, info: tarfile.TarInfo, source: BinaryIO | None) -> None:
+    @property
+    def limit(self) -> int:
+        """How much of the next file's content is kept."""
+        if len(self.entries) >= file_actions.RECORDED_UPLOAD_ENTRIES:
+            return 0
+        return min(file_actions.RECORDED_FILE_BYTES, self.budget)
+
+    def add(self, info: tarfile.TarInfo, head: bytes) -> None:
+        """Keep an entry, with `head`, the first `limit` bytes of a file's content."""
         if len(self.entries) >= file_actions.RECORDED_UPLOAD_ENTRIES:
             self.omitted += 1
             return
@@ -748,13 +760,28 @@ class _UploadRecord:
                 {"path": name, "type": "link", "target": self.redactor.text(info.linkname)}
             )
         else:
-            limit = min(file_actions.RECORDED_FILE_BYTES, self.budget)
-            head = source.read(limit) if source is not None else b""
+            limit = self.limit
+            head = head[:limit]
             record = file_actions.content_record(
                 self.redactor.whole(head), limit=limit, size=info.size
             )
             self.budget -= len(head)
             self.entries.append({"path": name, "type": "file", "mode": info.mode, **record})
+
+
+class _Head:
+    """A file object read once, keeping its first `limit` bytes as they are read."""
+
+    def __init__(self, source: BinaryIO, limit: int):
+        self.source = source
+        self.limit = limit
+        self.head = b""
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.source.read(size)
+        if len(self.head) < self.limit:
+            self.head += data[: self.limit - len(self.head)]
+        return data
 
 
 def _upload_entry(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo:
