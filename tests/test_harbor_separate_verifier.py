@@ -99,22 +99,3 @@ def test_an_api_sandbox_checks_with_the_separate_verifier_and_goes_on_working(
             assert sandbox.exec("cat out.txt").stdout == "ready\n"  # its sandbox goes on
         finally:
             sandbox.close()
-
-
-def test_root_keeps_capabilities_only_where_no_check_runs_in_its_sandbox():
-    """Task.root_capabilities: a root task with a separate verifier and no steps; never a task
-    whose commands may not run as root, one checked in place or fresh, or one with steps
-    (each step's check runs in the agent's container)."""
-    from attempts.models import ROOT_CAPABILITIES, TaskStep
-    from tests.conftest import new_task
-
-    separate = new_task("sep", allow_root=True, verifier_image="boltz-verifier:x")
-    assert separate.root_capabilities == ROOT_CAPABILITIES
-    assert new_task("in-place", allow_root=True, check_mode="in_place").root_capabilities == ()
-    assert new_task("fresh", allow_root=True).root_capabilities == ()
-    assert new_task("no-root", verifier_image="boltz-verifier:x").root_capabilities == ()
-    steps = new_task("steps", allow_root=True, verifier_image="boltz-verifier:x")
-    TaskStep.objects.create(
-        task=steps, position=1, name="one", instruction="x", agent_timeout=1, check_timeout=1
-    )
-    assert steps.root_capabilities == ()
