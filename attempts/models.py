@@ -23,11 +23,6 @@ class CheckMode(models.TextChoices):
 # Where a check ran: where its task's check mode says, or (a Harbor task's separate verifier)
 # in a container of the verifier's own image.
 SEPARATE_VERIFIER = "separate"
-# What root keeps in a sandbox with no check of its own (Task.root_capabilities): give files to
-# other users and groups, and read and write them whoever owns them (adduser, chown, a package
-# manager). It also keeps CAP_SETUID and CAP_SETGID, which the init needs to leave root's uid
-# (run/docker/runtime.py: ROOT_INIT), so `su` works too. Never signals or traces another uid.
-ROOT_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER")
 CHECK_PLACES = [
     *CheckMode.choices,
     (SEPARATE_VERIFIER, "separate: the task's verifier image, with the agent's artifacts"),
@@ -191,9 +186,8 @@ class Task(models.Model):
     )
     allow_root = models.BooleanField(
         default=False,
-        help_text="Commands may run as root inside the sandbox (no new privileges, the limits; "
-        "root keeps only the file capabilities, and only where no check runs in that "
-        "sandbox); only when the task says so.",
+        help_text="Commands may run as root inside the sandbox (still with no capabilities, "
+        "no new privileges, the limits); only when the task says so.",
     )
     stage_env = models.JSONField(
         default=dict,
@@ -327,19 +321,6 @@ class Task(models.Model):
         if self.verifier_image:
             return SEPARATE_VERIFIER
         return CheckMode.IN_PLACE if self.checks_in_place else CheckMode.FRESH
-
-    @property
-    def root_capabilities(self) -> tuple[str, ...]:
-        """What root keeps in the agent's sandbox: the file capabilities (ROOT_CAPABILITIES),
-        as a root in a plain container has them (adduser, chown, package managers), where
-        commands may run as root and no check runs in that sandbox (a separate verifier and
-        no steps, whose checks run in place); none elsewhere, so that no root can reach an
-        in-place check's files."""
-        if not self.allow_root or self.check_place != SEPARATE_VERIFIER:
-            return ()
-        if self.pk and self.steps.exists():
-            return ()
-        return ROOT_CAPABILITIES
 
     @property
     def check_setups(self) -> int:

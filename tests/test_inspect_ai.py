@@ -7,9 +7,11 @@ with the `sandbox_env` fixture its docstring describes, and run twice: once on a
 sandbox of the default image, where `test_exec_as_user` is an expected failure declared in the
 fixture with its reason (it needs `user="root"` to run `adduser`, and such a sandbox never runs
 a command as root: the provider raises SandboxUserUnsupportedError, as Inspect's contract
-provides), and once on a sandbox of a Harbor task that allows root (its agent runs as its
-image's user, its verifier in a container of its own: tests/data/inspect-root), where `exec(user="root")` runs as root with the file
-capabilities a root keeps where no check runs in its sandbox, and all 44 pass.
+provides), and once on a sandbox of a Harbor task that allows root (its agent runs as root),
+where `exec(user="root")` runs as root and 43 pass: `test_exec_as_user` is an expected failure
+there too, for another reason, declared with it: root has no capabilities, and `adduser` needs
+CAP_CHOWN (DESIGN.md's sandbox rules; a root that could override file ownership could reach an
+in-place check's witness pipe).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from attempts.run.heartbeat import register_this_host
 from boltz import AsyncClient, BoltzError, Client
 from boltz.inspect_ai import BoltzSandbox, BoltzSandboxEnvironment, boltz_check
 from tests.conftest import ROOT, agent_commands, wait_until
-from tests.test_harbor import run_import
+from tests.test_harbor import HARBOR, run_import
 
 pytestmark = [pytest.mark.docker, pytest.mark.worker, pytest.mark.timeout(180)]
 
@@ -42,6 +44,12 @@ IMAGE = "boltz-sandbox:bookworm"
 ROOT_ONLY = {
     "test_exec_as_user": "needs user='root' (adduser); Boltz never runs a command as root, "
     "so the provider raises SandboxUserUnsupportedError, as Inspect's contract provides"
+}
+# On the root task's sandbox the same check runs as root, and fails at adduser: a root without
+# capabilities cannot give a file to another group (groupadd writing /etc/gshadow) or a home to
+# another user. Capabilities are not given: see docs/INTEGRATIONS.md.
+ROOT_WITHOUT_CAPABILITIES = {
+    "test_exec_as_user": "root runs, without capabilities: adduser cannot chown (/etc/gshadow)"
 }
 
 
@@ -85,36 +93,15 @@ def shared_sandbox(checks_account):
             box.close()
 
 
-# PTRACE_ATTACH to the init, and a read of its memory: errno of each, as root, then as its uid.
-TRACE_THE_INIT = """
-import ctypes, os
-libc = ctypes.CDLL(None, use_errno=True)
-def attempt(who):
-    attached = libc.ptrace(16, 1, 0, 0)
-    traced = ctypes.get_errno() if attached else 0
-    try:
-        open("/proc/1/mem", "rb").read(1)
-        read = 0
-    except OSError as exc:
-        read = exc.errno
-    print(f"{who}: {traced} {read}")
-attempt("root")
-os.setgid(65533)
-os.setuid(65533)
-attempt("65533")
-"""
-
-
 @pytest.fixture(scope="module")
 def root_task_sandbox(checks_account, django_db_blocker):
-    """One sandbox of a Harbor task that allows root, for the second run of the checks: its
-    agent runs as its image's user (Inspect's checks expect a default user that is not root),
-    its verifier in a container of its own, so root keeps the file capabilities there."""
+    """One sandbox of a Harbor task that allows root (no USER in its image, so its agent runs
+    as root; its verifier in a container of its own) for the second run of the checks."""
     with django_db_blocker.unblock():
-        run_import(ROOT / "tests" / "data" / "inspect-root")
+        run_import(HARBOR / "separate-grader")
     url, token = checks_account
     with Client(url, token=token, timeout=60) as client:
-        box = client.sandbox(task="inspect-root", labels={"suite": "inspect-self-check"})
+        box = client.sandbox(task="separate-grader", labels={"suite": "inspect-self-check"})
         try:
             yield box.id
         finally:
@@ -129,13 +116,12 @@ def anyio_backend():
 @pytest.fixture(params=["image", "root-task"])
 def checked_sandbox(request):
     """The id of the shared sandbox a check runs on: the default image's (no root: the
-    root-only check is an expected failure) or the root task's (all pass)."""
+    root-only check is an expected failure) or the root task's (root runs; the check that makes a user fails for want of capabilities)."""
     root_task = request.param == "root-task"
-    reason = None if root_task else ROOT_ONLY.get(request.node.originalname)
-    if reason:  # for that reason only: root refused
-        request.node.add_marker(
-            pytest.mark.xfail(reason=reason, raises=SandboxUserUnsupportedError, strict=True)
-        )
+    reason = (ROOT_WITHOUT_CAPABILITIES if root_task else ROOT_ONLY).get(request.node.originalname)
+    if reason:  # for that reason only: root refused, or root's adduser failing
+        raises = AssertionError if root_task else SandboxUserUnsupportedError
+        request.node.add_marker(pytest.mark.xfail(reason=reason, raises=raises, strict=True))
     return request.getfixturevalue("root_task_sandbox" if root_task else "shared_sandbox")
 
 
@@ -160,27 +146,20 @@ for _name in [n for n in dir() if n.startswith("test_") and n in globals()]:
 # --- what the checks do not cover -----------------------------------------------------------------
 @pytest.mark.anyio
 @pytest.mark.parametrize("checked_sandbox", ["root-task"], indirect=True)
-async def test_a_root_task_runs_root_with_file_capabilities_and_the_init_out_of_its_reach(
+async def test_a_root_task_runs_root_without_capabilities_and_the_init_out_of_its_reach(
     sandbox_env,
 ):
     said = await sandbox_env.exec(
-        ["sh", "-c", "id -u; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status"], user="root"
+        ["sh", "-c", "id -u; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; kill -TERM 1"],
+        user="root",
     )
-    # The server let root run (the task allows it, and checks in a container of its own): with
-    # the file capabilities (CHOWN, DAC_OVERRIDE, FOWNER) and no new privileges.
-    assert said.stdout == "0\nCapEff:\t00000000000000cb\nNoNewPrivs:\t1\n"
-    # Every signal root can send to the init, and SIGKILL to every process it can reach: the
-    # init lives on, and so does the sandbox.
-    await sandbox_env.exec(
-        ["sh", "-c", "for s in $(seq 1 31); do kill -$s 1; done; kill -9 -1"], user="root"
-    )
+    # The server let root run (the task allows it), with no capability, no new privileges, and
+    # the init (another uid) out of its reach: the sandbox lives on.
+    assert said.stdout == "0\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\n"
+    assert not said.success and "not permitted" in said.stderr
     assert (await sandbox_env.exec(["whoami"], user="0")).stdout == "root\n"
-    assert (await sandbox_env.exec(["whoami"])).stdout == "player\n"  # the image's user
-    # Nor can root trace the init (and so make it exit), as root or as the init's own uid.
-    traced = await sandbox_env.exec(["python3", "-c", TRACE_THE_INIT], user="root")
-    assert traced.stdout == "root: 1 13\n65533: 1 13\n", traced.stderr  # EPERM, EACCES
-    other = await sandbox_env.exec(["grep", "^CapEff", "/proc/self/status"], user="nobody")
-    assert (other.success, other.stdout) == (True, "CapEff:\t0000000000000000\n")
+    other = await sandbox_env.exec(["id", "-un"], user="nobody")
+    assert (other.success, other.stdout) == (True, "nobody\n")
 
 
 @pytest.mark.anyio

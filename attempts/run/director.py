@@ -121,7 +121,6 @@ def sandbox_spec(attempt: Attempt, role: str, *, base_bytes: int = 0) -> Sandbox
         role=role,
         workdir=task.workdir or "/workspace",
         root_allowed=task.allow_root,
-        capabilities=task.root_capabilities if role == "agent" else (),
         disk_bytes=disk_quota(task.disk_limit, role, base_bytes),
     )
 

@@ -36,7 +36,7 @@ from attempts.core.errors import (
 )
 from attempts.exports.workspace import SANDBOX_UID
 from attempts.run.docker import tools
-from attempts.run.docker.tools import BUSYBOX, EXEC_SCRIPT, SEALED_SH, TOOLS_DIR, TOOLS_PATH
+from attempts.run.docker.tools import BUSYBOX, EXEC_SCRIPT, TOOLS_DIR, TOOLS_PATH
 
 log = logging.getLogger(__name__)
 
@@ -47,43 +47,6 @@ LABEL_ROLE = "boltz.role"
 # The init of a sandbox whose commands may run as root runs as this uid instead: a root
 # without capabilities cannot signal another uid's processes, so it cannot end its sandbox.
 INIT_UID = 65533
-# The init of a sandbox where root keeps capabilities (SandboxSpec.capabilities). Docker gives
-# an exec capabilities only in a container whose own user is root, so the container's user is
-# root, and its first process makes itself INIT_UID (with CAP_SETUID, which that root keeps
-# too) and runs SEALED_SH, which it may not read: it is not dumpable, so no process, root or
-# INIT_UID, can trace it. No signal reaches it either: a pid namespace's first process gets
-# none from inside that it has no handler for (SIGINT, which busybox sh catches, is ignored;
-# SIGKILL included). It reaps what is left to it, and starts its `sleep` again when killed.
-ROOT_INIT = [
-    BUSYBOX,
-    "nsenter",
-    "-S",
-    str(INIT_UID),
-    "-G",
-    str(INIT_UID),
-    SEALED_SH,
-    "-c",
-    f'trap "" INT; while :; do {BUSYBOX} sleep 2147483647 & wait; done',
-]
-# What root needs beside the task's capabilities for ROOT_INIT to change its uid.
-ROOT_INIT_CAPABILITIES = ("SETUID", "SETGID")
-
-
-def root_init_refusal() -> str | None:
-    """Why root may keep no capabilities in this host's sandboxes (None: it may): under gVisor
-    (whose tracing rules are its own), or where the kernel keeps a process that changed uid
-    dumpable (fs.suid_dumpable=1), so that root could trace the init."""
-    if settings.BOLTZ_RUNTIME == "runsc":
-        return "sandboxes run under gVisor"
-    try:
-        dumpable = Path("/proc/sys/fs/suid_dumpable").read_text().strip()
-    except OSError:
-        return "/proc/sys/fs/suid_dumpable cannot be read"
-    if dumpable == "1":
-        return "fs.suid_dumpable is 1 on this host"
-    return None
-
-
 # Seconds past a command's own timeout before the host steps in and kills every process.
 HOST_GRACE = 5.0
 # The environment of Boltz's own scripts (`tool_command`): only Boltz's busybox on the PATH.
@@ -535,7 +498,6 @@ class SandboxSpec:
     workdir: str = "/workspace"
     # Commands may run as root (the task says so): the init then runs as INIT_UID.
     root_allowed: bool = False
-    # What root keeps (with root_allowed; Task.root_capabilities): the init is then ROOT_INIT.
     capabilities: tuple[str, ...] = ()
     # Bytes the container may write beyond its image (0: no limit); see disk_limit_refusal.
     disk_bytes: int = 0
@@ -577,11 +539,10 @@ class Sandbox:
         tools_folder = tools.ensure()  # InfrastructureError naming the package if missing
         if settings.BOLTZ_RUNTIME and runtime_refusal(settings.BOLTZ_RUNTIME):
             raise InfrastructureError(f"BOLTZ_RUNTIME: {runtime_refusal(settings.BOLTZ_RUNTIME)}")
-        root_init = spec.root_allowed and bool(spec.capabilities) and not root_init_refusal()
         container = client().containers.create(
             spec.image,
             # Boltz's own `sleep`: nothing of the image's, which an agent may have removed.
-            command=ROOT_INIT if root_init else [BUSYBOX, "sleep", "infinity"],
+            command=[BUSYBOX, "sleep", "infinity"],
             name=spec.name,
             hostname="sandbox",
             # Boltz's tools, read-only: no agent, root included, can change or move them.
@@ -593,14 +554,13 @@ class Sandbox:
             # The init and its `sleep` run as root (with no capabilities), every command as
             # the sandbox user: an agent cannot signal the init, so it cannot end its own
             # sandbox and have that read as an infrastructure fault. Where commands may run
-            # as root, the init runs as a uid of its own, out of that root's reach; where root
-            # keeps capabilities, the kernel keeps the init out of its reach (ROOT_INIT).
-            user=f"{INIT_UID}:{INIT_UID}" if spec.root_allowed and not root_init else "0:0",
+            # as root, the init runs as a uid of its own, out of that root's reach.
+            user=f"{INIT_UID}:{INIT_UID}" if spec.root_allowed else "0:0",
             working_dir=spec.workdir,
             environment=spec.environment or {},
             network_mode=settings.BOLTZ_SANDBOX_NETWORK if spec.network else "none",
             cap_drop=["ALL"],
-            cap_add=[*spec.capabilities, *ROOT_INIT_CAPABILITIES] if root_init else None,
+            cap_add=list(spec.capabilities) or None,
             security_opt=["no-new-privileges"],
             mem_limit=spec.memory_bytes,
             memswap_limit=spec.memory_bytes,
@@ -609,9 +569,7 @@ class Sandbox:
             ulimits=_process_ulimits(spec.pids_limit),
             storage_opt=_storage_opt(spec.disk_bytes),
             runtime=settings.BOLTZ_RUNTIME or None,
-            init=not root_init,
-            # ROOT_INIT ignores SIGTERM, from Docker too: stopping it is killing it.
-            stop_signal="SIGKILL" if root_init else None,
+            init=True,
             labels={**container_labels(spec.attempt_id), LABEL_ROLE: spec.role},
             detach=True,
         )

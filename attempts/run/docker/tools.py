@@ -33,10 +33,6 @@ BUSYBOX = f"{TOOLS_DIR}/busybox"
 # of busybox's applets runs nothing of the image's.
 TOOLS_PATH = f"{TOOLS_DIR}/bin"
 EXEC_SCRIPT = f"{TOOLS_DIR}/exec.sh"
-# busybox again, as `sh`, that no one in a sandbox may read (mode 0711): a process that runs
-# it is not dumpable, so no process of another uid, nor of its own once it changed uid, may
-# trace it (the init of a sandbox where root keeps capabilities: runtime.ROOT_INIT).
-SEALED_SH = f"{TOOLS_DIR}/sealed/sh"
 
 HOST_BUSYBOX = Path("/bin/busybox")
 PACKAGE = "busybox-static"
@@ -121,7 +117,7 @@ wait "$w"
 exit "$s"
 """
 # Bump when the folder's layout changes without its files changing.
-_LAYOUT = b"boltz-sandbox-tools 2"
+_LAYOUT = b"boltz-sandbox-tools 1"
 
 _lock = threading.Lock()
 _ready: Path | None = None
@@ -182,16 +178,7 @@ def _build(folder: Path, busybox: bytes) -> None:
     applets.mkdir(mode=0o755)
     for name in _applets():
         (applets / name).symlink_to("../busybox")
-    sealed = folder / "sealed"
-    sealed.mkdir(mode=0o755)
-    (sealed / "sh").write_bytes(busybox)
-    for path, mode in (
-        (folder, 0o755),
-        (applets, 0o755),
-        (folder / "busybox", 0o755),
-        (sealed, 0o755),
-        (sealed / "sh", 0o711),
-    ):
+    for path, mode in ((folder, 0o755), (applets, 0o755), (folder / "busybox", 0o755)):
         path.chmod(mode)
     (folder / "exec.sh").chmod(0o644)
 
@@ -243,7 +230,6 @@ def _complete(folder: Path, busybox: bytes) -> bool:
             (folder / "busybox").read_bytes() == busybox
             and (folder / "exec.sh").read_text() == EXEC_WRAPPER
             and (folder / "bin" / "sh").is_symlink()
-            and (folder / "sealed" / "sh").stat().st_mode & 0o777 == 0o711
         )
     except OSError:
         return False
