@@ -74,7 +74,7 @@ def test_a_reviewer_works_through_the_ui(page, live_server, worker, load_example
     )
     page.evaluate("window.__same_page = true")
     status = page.locator("#attempt-1 td:nth-child(3)")
-    assert status.inner_text().strip() in ("Queued", "Starting", "Running")
+    assert status.inner_text().strip().lower() in ("queued", "starting", "running")
     page.wait_for_selector("#attempt-1 .outcome-passed", timeout=60_000)
     page.wait_for_selector("#attempt-2 .outcome-passed", timeout=60_000)
     assert page.evaluate("window.__same_page") is True  # updated live, not reloaded
