@@ -10,10 +10,10 @@ from django.db.models import F
 from django.http import (
     Http404,
     HttpResponse,
-    HttpResponseBadRequest,
     StreamingHttpResponse,
 )
 from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
 
 from attempts.core import diffview
 from attempts.dispatch.limits import MAX_ID
@@ -53,6 +53,7 @@ from attempts.web import auth, patches, timeline_tab
 from attempts.web import compare as views_compare
 from attempts.web.presenters import MAX_OPEN, render_timeline, verdict_summary
 from attempts.web.query_params import choice, number, page_of, sorts
+from boltz_web.error_pages import BadQuery
 
 ATTEMPTS_PER_PAGE = 50
 view_required = permission_required(auth.VIEW, raise_exception=True)
@@ -353,6 +354,7 @@ def task_export(request, slug):
     """A task's export: ?format=&flavour=&outcome=&agent=&min_score=&include_all=1
     &include_oracles=1, and &part=meta for the side file of the sft openai flavour."""
     task = get_object_or_404(Task, slug=slug)
+    task_page = reverse("attempts:task", args=[task.slug])
     outcome = request.GET.get("outcome") or None
     try:
         if outcome and outcome not in Outcome.values:
@@ -366,7 +368,7 @@ def task_export(request, slug):
             include_oracles=request.GET.get("include_oracles") == "1",
         )
     except (ExportRefused, ValueError) as exc:
-        return HttpResponseBadRequest(str(exc), content_type="text/plain")
+        raise BadQuery(f"this export cannot be made: {exc}", back=task_page) from None
     attempts = services.task_export(
         task=task,
         spec=spec,
@@ -380,7 +382,7 @@ def task_export(request, slug):
         try:
             write_export(attempts, spec, buffer)
         except RuntimeError as exc:  # an optional package the flavour needs
-            return HttpResponseBadRequest(str(exc), content_type="text/plain")
+            raise BadQuery(f"this export cannot be made: {exc}", back=task_page) from None
         response = HttpResponse(buffer.getvalue(), content_type=PARQUET)
     elif spec.has_meta and request.GET.get("part") == "meta":
         response = StreamingHttpResponse(
