@@ -415,7 +415,7 @@ def test_web_task_export_streams_jsonl(task, admin_client):
     bad = admin_client.get("/tasks/t/export.jsonl?format=csv")
     assert bad.status_code == 400 and b"choose one of attempts, sft, pairs, rl" in bad.content
     # A page in Boltz's layout, with the way back to the task.
-    assert b'<main' in bad.content and b'href="/tasks/t/"' in bad.content
+    assert b"<main" in bad.content and b'href="/tasks/t/"' in bad.content
     assert admin_client.get("/tasks/nope/export.jsonl").status_code == 404
 
 
