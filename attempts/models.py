@@ -793,6 +793,11 @@ class WorkerHost(models.Model):
     capacity = models.PositiveIntegerField(default=0)
     last_seen = models.DateTimeField(default=timezone.now)
     images = models.JSONField(default=list, blank=True, help_text="Images the host has.")
+    docker_version = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="Its Docker Engine's version, as its worker last read it.",
+    )
 
     class Meta:
         ordering = ["name"]
