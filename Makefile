@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # the `train` extra so that pip never picks the CUDA build (~3 GB).
 TORCH ?= torch==2.13.0
 
-.PHONY: install install-train services image demo stop test test-train test-runsc test-postgres reliability bench lint worker web ci
+.PHONY: install install-train services image demo serve stop test test-train test-runsc test-postgres reliability bench lint worker web ci
 
 install: $(VENV)/.installed
 
@@ -34,6 +34,11 @@ image: install services
 
 demo: install services image
 	scripts/demo.sh
+
+# Production on one host: gunicorn (threads, static files by WhiteNoise), a worker and beat,
+# with BOLTZ_ENV=production (README, "Serving"). `make stop` stops them as it stops the demo.
+serve: install services
+	scripts/serve.sh
 
 stop:
 	scripts/demo.sh stop

@@ -32,6 +32,15 @@ ALLOWED_HOSTS = [
     for h in env_str("BOLTZ_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",")
     if h.strip()
 ]
+# BOLTZ_ENV=production (`make serve` sets it): refuse to start on the demo's defaults, a
+# development key, the local host names, SQLite (unless BOLTZ_ALLOW_SQLITE says a one-host
+# installation means it), or DEBUG; the message names every setting to give
+# (boltz_web/production.py).
+BOLTZ_ENV = env_str("BOLTZ_ENV", "development").strip().lower()
+if BOLTZ_ENV not in ("development", "production"):
+    raise ImproperlyConfigured(
+        f"BOLTZ_ENV={BOLTZ_ENV!r}: expected 'development' (the default) or 'production'"
+    )
 
 # --- HTTPS, a reverse proxy, sign-in (docs/ACCESS.md) --------------------------------------
 # Served over HTTPS only (production): plain http is redirected to https, the session and CSRF
@@ -72,6 +81,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # One log line per request, when its answer has been sent (boltz_web/request_log.py).
+    "boltz_web.request_log.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Static files: hashed names cached for a year, precompressed (boltz_web/static_storage.py).
     "boltz_web.static_storage.StaticFilesMiddleware",
@@ -164,6 +175,11 @@ else:
         }
     }
 
+if BOLTZ_ENV == "production":
+    from boltz_web.production import refuse_unsafe_production
+
+    refuse_unsafe_production(database_url=_database_url, debug=DEBUG)
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = []
 LANGUAGE_CODE = "en-us"
@@ -176,11 +192,22 @@ LOGOUT_REDIRECT_URL = "attempts:login"
 # Times with seconds, in the pages and the admin (boltz_web/formats/en/formats.py).
 FORMAT_MODULE_PATH = ["boltz_web.formats"]
 
+# One line per request (boltz_web/request_log.py) and per attempt stage (attempts/run/
+# director.py), plain text by default; BOLTZ_LOG_FORMAT=json makes every line one JSON object
+# (boltz_web/log_lines.py). Neither holds secrets nor what an agent wrote or printed.
+BOLTZ_LOG_FORMAT = env_str("BOLTZ_LOG_FORMAT", "text").strip().lower()
+if BOLTZ_LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"BOLTZ_LOG_FORMAT={BOLTZ_LOG_FORMAT!r}: expected text or json")
+_LOG_LEVEL = env_str("BOLTZ_LOG_LEVEL", "INFO")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"attempts": {"handlers": ["console"], "level": env_str("BOLTZ_LOG_LEVEL", "INFO")}},
+    "formatters": {"boltz": {"()": "boltz_web.log_lines.LineFormatter", "kind": BOLTZ_LOG_FORMAT}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "boltz"}},
+    "loggers": {
+        "attempts": {"handlers": ["console"], "level": _LOG_LEVEL},
+        "boltz_web": {"handlers": ["console"], "level": _LOG_LEVEL},
+    },
 }
 
 # --- Celery ----------------------------------------------------------------------------------

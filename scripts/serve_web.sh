@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Start the demo's web server in the background and wait until it answers.
+# Start the web server in the background and wait until it answers: the demo's runserver, or
+# gunicorn with BOLTZ_WEB_SERVER=gunicorn (`make serve`).
 #   scripts/serve_web.sh ADDR RUN_DIR [SECONDS]
 # ADDR is runserver's address (127.0.0.1:8000, 0.0.0.0:8000 or 8000). The server's pid goes to
 # RUN_DIR/web.pid and its output to RUN_DIR/web.log. Exits 0 once http://ADDR/ answers from this
@@ -54,7 +55,14 @@ EOF
   fail "$taken"
 fi
 
-nohup "$PY" manage.py runserver "$ADDR" --noreload --insecure > "$LOG" 2>&1 &
+if [ "${BOLTZ_WEB_SERVER:-runserver}" = "gunicorn" ]; then
+  # Production (`make serve`): gunicorn's threads, static files by WhiteNoise, settings in
+  # boltz_web/gunicorn_conf.py (BOLTZ_WEB_WORKERS, BOLTZ_WEB_THREADS, BOLTZ_WEB_TIMEOUT).
+  BOLTZ_WEB_ADDR="$HOST:$PORT" nohup "$(dirname "$PY")/gunicorn" -c python:boltz_web.gunicorn_conf \
+    boltz_web.wsgi > "$LOG" 2>&1 &
+else
+  nohup "$PY" manage.py runserver "$ADDR" --noreload --insecure > "$LOG" 2>&1 &
+fi
 pid=$!
 echo "$pid" > "$RUN/web.pid"
 

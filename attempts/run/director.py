@@ -466,37 +466,64 @@ class AttemptRunner:
     def _run(self) -> None:
         began = time.monotonic()
         outcome, reason, score = Outcome.INFRA_ERROR, "", None
-        stage = "start"
+        stage, mark = "start", began
         try:
             mark = time.monotonic()
             self.start()
-            self.timings["start"] = round(time.monotonic() - mark, 3)
+            self.stage_done("start", mark)
             if self.task.multi_step:  # each step's work and check, in turn (run/steps.py)
                 stage, mark = "steps", time.monotonic()
                 agent, result = run_steps(self)
-                self.timings["steps"] = round(time.monotonic() - mark, 3)
+                self.stage_done("steps", mark)
             else:
                 stage, mark = "work", time.monotonic()
                 agent = self.work.run(self)
-                self.timings["work"] = round(time.monotonic() - mark, 3)
+                self.stage_done("work", mark)
                 stage, mark = "record", time.monotonic()
                 self.end_agent()
                 self.trees.record(self.session)
-                self.timings["record"] = round(time.monotonic() - mark, 3)
+                self.stage_done("record", mark)
                 result = None
                 if self.work.checks(self):
                     stage, mark = "check", time.monotonic()
                     result = self.check()
-                    self.timings["check"] = round(time.monotonic() - mark, 3)
+                    self.stage_done("check", mark)
             outcome, reason, score = self._verdict(agent, result)
         except AttemptGone:
             raise
         except Exception as exc:  # noqa: BLE001 - each error is an outcome: outcome_of says which
+            self.log_stage(stage, "error", time.monotonic() - mark, error=type(exc).__name__)
             outcome, reason, score = self._ended_by(exc, stage)
         finally:
             self.keep_sandbox()
         self.timings["total"] = round(time.monotonic() - began, 3)
         self.finish(outcome, reason, score)
+        self.log_stage("total", outcome, self.timings["total"])
+
+    def stage_done(self, stage: str, mark: float) -> None:
+        """A stage that ended normally: its time on the record and its log line."""
+        self.timings[stage] = round(time.monotonic() - mark, 3)
+        self.log_stage(stage, "ok", self.timings[stage])
+
+    def log_stage(self, stage: str, outcome: str, seconds: float, **more: str) -> None:
+        """One log line per stage (boltz_web/log_lines.py): ids, names and times only, never
+        a reason or an output (they may quote the agent's work or a secret)."""
+        fields = {
+            "attempt_id": self.attempt.pk,
+            "task": self.task.slug,
+            "stage": stage,
+            "outcome": outcome,
+            "duration_ms": round(seconds * 1000, 1),
+            **more,
+        }
+        log.info(
+            "attempt %s %s %s %.1fms",
+            self.attempt.pk,
+            stage,
+            outcome,
+            seconds * 1000,
+            extra={"fields": fields},
+        )
 
     def _ended_by(self, exc: Exception, stage: str) -> tuple[str, str, float | None]:
         """The outcome, reason and score of an attempt whose stages `exc` ended, with what the
