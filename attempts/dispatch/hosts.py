@@ -68,12 +68,20 @@ def local_docker() -> HostDocker | None:
     return _local_docker
 
 
-def register_host(host: str, capacity: int, *, images: list[str] | None = None) -> None:
+def register_host(
+    host: str,
+    capacity: int,
+    *,
+    images: list[str] | None = None,
+    docker_version: str | None = None,
+) -> None:
     """Record a worker's host as seen now, its capacity and (when given) the images it has,
-    for task forms."""
+    for task forms, and its Docker's version, for the hosts page."""
     defaults: dict = {"capacity": capacity, "last_seen": timezone.now()}
     if images is not None:
         defaults["images"] = images
+    if docker_version is not None:
+        defaults["docker_version"] = docker_version
     WorkerHost.objects.update_or_create(name=host, defaults=defaults)
 
 

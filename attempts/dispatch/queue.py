@@ -250,6 +250,22 @@ def _attempts_in_redis(queue: str) -> set[int]:
     return {found for found in map(_attempt_of, messages) if found is not None}
 
 
+def waiting_counts(queues: list[str]) -> dict[str, int]:
+    """How many messages wait in each of these queues, not yet taken by a worker (read as
+    `_attempts_in_redis` reads them). WorkerUnreachable, within BOLTZ_REDIS_TIMEOUT, while Redis
+    cannot be reached."""
+    _still_down()
+    try:
+        with app.connection_for_read() as connection:
+            pipe = connection.default_channel.client.pipeline(transaction=False)
+            for queue in queues:
+                pipe.llen(queue)
+            counts = pipe.execute()
+    except SEND_ERRORS as exc:
+        raise _went_down(exc) from None
+    return dict(zip(queues, (int(n) for n in counts), strict=True))
+
+
 def _loads(raw: bytes):
     try:
         return json.loads(raw)

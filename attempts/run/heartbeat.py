@@ -54,12 +54,28 @@ def beating(attempt_id: int):
         thread.join(timeout=BEAT_SECONDS * 2)
 
 
+# This process's last reading of its Docker's version: read again with the images (the reaper,
+# a minute or so apart), not on every two-second beat.
+_docker_version: str | None = None
+
+
 def register_this_host(*, images: bool = True) -> None:
-    """Say this worker's host is alive now, with its capacity and (with `images`) its images."""
+    """Say this worker's host is alive now, with its capacity, its Docker's version (read with
+    `images`, or when this process has none yet) and (with `images`) its images."""
+    global _docker_version
     names = None
     if images:
         try:
             names = runtime.list_image_names()
         except InfrastructureError:
             names = []
-    hosts.register_host(settings.BOLTZ_HOST, settings.BOLTZ_MAX_SANDBOXES, images=names)
+    if images or _docker_version is None:
+        # Docker down: the last version read stays (the host's sandboxes say the rest).
+        with contextlib.suppress(InfrastructureError):
+            _docker_version = runtime.server_version()[:100]
+    hosts.register_host(
+        settings.BOLTZ_HOST,
+        settings.BOLTZ_MAX_SANDBOXES,
+        images=names,
+        docker_version=_docker_version,
+    )

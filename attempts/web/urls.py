@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from attempts.web import actions, signin, views
+from attempts.web import actions, health, hosts, signin, views
 from attempts.web import evaluations as views_runs
 from attempts.web import pools as views_pools
 from attempts.web import scores as views_scores
@@ -33,4 +33,6 @@ urlpatterns = [
     path("runs/compare/", views_runs.runs_compare, name="runs-compare"),
     path("runs/<int:pk>/", views_runs.run_detail, name="run"),
     path("runs/<int:pk>/report.json", views_runs.run_report, name="run-report"),
+    path("hosts/", hosts.host_list, name="hosts"),
+    path("healthz", health.healthz, name="healthz"),
 ]

@@ -227,6 +227,12 @@ def image_folder_archive(image: str, path: str, out) -> bool:
 
 
 @docker_call
+def server_version() -> str:
+    """The Docker Engine's version, as its daemon says it (e.g. "20.10.24+dfsg1")."""
+    return str(client().version().get("Version") or "")
+
+
+@docker_call
 def list_image_names() -> list[str]:
     return sorted(tag for image in client().images.list() for tag in image.tags)
 
