@@ -136,7 +136,9 @@ MEDIA_ROOT = DATA_DIR / "files"
 MEDIA_URL = "/files/"
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = DATA_DIR / "static"
+# Where `collectstatic` writes the hashed, gzipped copies WhiteNoise serves (a shared volume, or
+# a test's own folder).
+STATIC_ROOT = Path(env_str("BOLTZ_STATIC_ROOT", str(DATA_DIR / "static"))).resolve()
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     # `manage.py collectstatic` (make demo runs it) writes hashed, gzipped copies to STATIC_ROOT.

@@ -178,6 +178,7 @@ def run_worker(*, queue: str, host: str, capacity: int, env: dict[str, str] | No
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group, so a test can kill it whole
         )
+    proc.log_path = log_path  # what it logged, for the tests that read its log lines
     try:
         deadline = time.monotonic() + 180  # a loaded machine takes its time
         while log_path.read_bytes().count(b" ready.") < 3:  # all three workers of the host
@@ -203,9 +204,9 @@ def worker(django_db_setup, django_db_blocker, docker_ready, redis_ready):
 
 
 @contextlib.contextmanager
-def run_web(env: dict[str, str] | None = None):
-    """A real web server process (`manage.py runserver`) on 127.0.0.1, on the test database;
-    yields its base URL."""
+def run_web(env: dict[str, str] | None = None, *, server: str = "runserver"):
+    """A real web server process (`manage.py runserver`, or with server="gunicorn" gunicorn as
+    `make serve` runs it) on 127.0.0.1, on the test database; yields its base URL."""
     import socket
 
     with socket.socket() as probe:
@@ -216,8 +217,13 @@ def run_web(env: dict[str, str] | None = None):
     log_path = log_dir / f"web-{port}.log"
     full_env = {**os.environ, **_worker_database_env(), **(env or {})}
     with log_path.open("wb") as log:
+        argv = [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"]
+        if server == "gunicorn":
+            full_env["BOLTZ_WEB_ADDR"] = f"127.0.0.1:{port}"
+            argv = [str(Path(sys.executable).parent / "gunicorn"), "-c"]
+            argv += ["python:boltz_web.gunicorn_conf", "boltz_web.wsgi"]
         proc = subprocess.Popen(
-            [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
+            argv,
             cwd=ROOT,
             env=full_env,
             stdout=log,

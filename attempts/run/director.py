@@ -498,7 +498,7 @@ class AttemptRunner:
             self.keep_sandbox()
         self.timings["total"] = round(time.monotonic() - began, 3)
         self.finish(outcome, reason, score)
-        self.log_stage("total", outcome, self.timings["total"])
+        self.log_stage("total", outcome or "none", self.timings["total"])
 
     def stage_done(self, stage: str, mark: float) -> None:
         """A stage that ended normally: its time on the record and its log line."""
