@@ -23,6 +23,7 @@ from attempts.models import (
     Pool,
     TaskStep,
     TestOutcome,
+    WorkerHost,
 )
 from tests.conftest import ROOT, chromium, new_task, wait_finished
 
@@ -318,6 +319,12 @@ def seed_site(reviewer) -> dict[str, str]:
     pool = Pool.objects.create(
         owner=reviewer, tasks=["fix-add"], size=1, max_steps=50, episode_seconds=600.0
     )
+    WorkerHost.objects.create(
+        name="docker-1", capacity=8, last_seen=timezone.now(), docker_version="20.10.24+dfsg1"
+    )
+    WorkerHost.objects.create(
+        name="docker-2", capacity=4, last_seen=timezone.now() - timedelta(hours=1)
+    )
     return {
         "tasks": "/",
         "task": "/tasks/fix-add/",
@@ -337,6 +344,7 @@ def seed_site(reviewer) -> dict[str, str]:
         "runs compare": "/runs/compare/?a=nightly&b=weekly",
         "pools": "/pools/",
         "pool": f"/pools/{pool.pk}/",
+        "hosts": "/hosts/",
         "start form": "/tasks/fix-add/start/",
         "cancel confirmation": f"/attempts/{running.pk}/cancel/",
         "delete confirmation": f"/attempts/{done.pk}/delete/attempt/",
