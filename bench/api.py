@@ -117,7 +117,11 @@ def file_from_tar(chunks) -> bytes:
 
 
 @contextlib.contextmanager
-def served(instance: str = "api", worker_env: dict[str, str] | None = None):
+def served(
+    instance: str = "api",
+    worker_env: dict[str, str] | None = None,
+    web_argv: list[str] | None = None,
+):
     """Django in a scratch folder with the fix-add task, a user and a token; a worker and a web
     server process on 127.0.0.1. Yields a namespace: url, token, task, workspace (the tar every
     sandbox of the task starts from), docker (a docker-py client), raw_label (the label to give
@@ -163,8 +167,9 @@ def served(instance: str = "api", worker_env: dict[str, str] | None = None):
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         web_log = data / "web.log"
+        argv = web_argv or [sys.executable, "manage.py", "runserver", "{addr}", "--noreload"]
         web = start_process(
-            [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
+            [a.replace("{addr}", f"127.0.0.1:{port}").replace("{port}", str(port)) for a in argv],
             web_log,
             env,
         )
