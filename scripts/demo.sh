@@ -10,15 +10,7 @@ RUN=.data/run
 ADDR="${BOLTZ_DEMO_ADDR:-127.0.0.1:8000}"
 mkdir -p "$RUN"
 
-stop() {  # stop a process started by an earlier demo, by its pid file
-  local pidfile="$RUN/$1.pid"
-  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
-    echo "boltz: stopping the earlier $1 (pid $(cat "$pidfile"))"
-    kill "$(cat "$pidfile")" 2>/dev/null || true
-    for _ in $(seq 1 40); do kill -0 "$(cat "$pidfile")" 2>/dev/null || break; sleep 0.5; done
-  fi
-  rm -f "$pidfile"
-}
+. scripts/processes.sh
 
 if [ "${1:-}" = "stop" ]; then stop web; stop beat; stop worker; exit 0; fi
 
@@ -34,18 +26,8 @@ if [ -z "${BOLTZ_SWEBENCH_REPOS:-}" ]; then
   sh examples/swebench_repos.sh "$BOLTZ_SWEBENCH_REPOS" > /dev/null
 fi
 
-stop worker
-nohup $PY manage.py run_worker > "$RUN/worker.log" 2>&1 &
-echo $! > "$RUN/worker.pid"
-# Until its three workers answer through Redis, as long as the machine needs (BOLTZ_WORKER_WAIT,
-# 600 s), with progress; when they do not, it says what failed with the log's last lines.
-$PY manage.py wait_for_workers "$(cat "$RUN/worker.pid")" --log "$RUN/worker.log" || exit 1
-echo "boltz: worker running (log: $RUN/worker.log)"
-
-stop beat
-nohup $PY manage.py run_beat > "$RUN/beat.log" 2>&1 &
-echo $! > "$RUN/beat.pid"
-echo "boltz: beat running: retention and reaper every hour (log: $RUN/beat.log)"
+start_worker
+start_beat
 
 # The demo's attempts, once: a second demo finds them and starts none.
 for task in fix-add text-utils; do

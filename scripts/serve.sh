@@ -14,31 +14,15 @@ ADDR="${BOLTZ_WEB_ADDR:-127.0.0.1:8000}"
 export BOLTZ_ENV="${BOLTZ_ENV:-production}"
 mkdir -p "$RUN"
 
-stop() {  # stop a process started earlier, by its pid file
-  local pidfile="$RUN/$1.pid"
-  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
-    echo "boltz: stopping the earlier $1 (pid $(cat "$pidfile"))"
-    kill "$(cat "$pidfile")" 2>/dev/null || true
-    for _ in $(seq 1 70); do kill -0 "$(cat "$pidfile")" 2>/dev/null || break; sleep 0.5; done
-  fi
-  rm -f "$pidfile"
-}
+. scripts/processes.sh
 
 # The settings' refusal (BOLTZ_ENV=production without its values) stops here, with its message.
 $PY manage.py check --deploy
 $PY manage.py migrate --noinput -v0
 $PY manage.py collectstatic --noinput -v0
 
-stop worker
-nohup $PY manage.py run_worker > "$RUN/worker.log" 2>&1 &
-echo $! > "$RUN/worker.pid"
-$PY manage.py wait_for_workers "$(cat "$RUN/worker.pid")" --log "$RUN/worker.log" || exit 1
-echo "boltz: worker running (log: $RUN/worker.log)"
-
-stop beat
-nohup $PY manage.py run_beat > "$RUN/beat.log" 2>&1 &
-echo $! > "$RUN/beat.pid"
-echo "boltz: beat running (log: $RUN/beat.log)"
+start_worker
+start_beat
 
 stop web
 BOLTZ_WEB_SERVER=gunicorn PY="$PY" scripts/serve_web.sh "$ADDR" "$RUN"
