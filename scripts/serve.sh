@@ -17,7 +17,12 @@ mkdir -p "$RUN"
 . scripts/processes.sh
 
 # The settings' refusal (BOLTZ_ENV=production without its values) stops here, with its message.
-$PY manage.py check --deploy
+if ! checked=$($PY manage.py check --deploy 2>&1); then
+  refused=$(printf '%s\n' "$checked" | sed -n 's/^django.core.exceptions.ImproperlyConfigured: //p')
+  printf 'boltz: %s\n' "${refused:-$checked}" >&2
+  exit 1
+fi
+printf '%s\n' "$checked"
 $PY manage.py migrate --noinput -v0
 $PY manage.py collectstatic --noinput -v0
 

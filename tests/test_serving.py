@@ -169,3 +169,25 @@ def test_production_starts_with_them_or_with_sqlite_on_purpose():
     done = production_check(**given, DATABASE_URL="postgres://boltz@db.internal:5432/boltz")
     assert done.returncode == 0, done.stderr
     assert settings.BOLTZ_ENV == "development"  # the test run's own settings: the default
+
+
+def test_make_serve_says_what_production_needs_before_it_starts_anything(tmp_path):
+    """`make serve` (scripts/serve.sh) in production without its settings: one line saying each
+    missing one, no traceback, and no process started (no pid file)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("BOLTZ_SECRET_KEY", "BOLTZ_ALLOWED_HOSTS", "DATABASE_URL", "BOLTZ_ENV")
+    }
+    done = subprocess.run(
+        ["scripts/serve.sh"],
+        cwd=ROOT,
+        env={**env, "BOLTZ_DATA_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert done.stderr.startswith("boltz: BOLTZ_ENV=production will not start: "), done.stderr
+    assert "BOLTZ_SECRET_KEY is not set" in done.stderr and "Traceback" not in done.stderr
+    assert "worker running" not in done.stdout
