@@ -16,10 +16,22 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Protocol
 
+from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
 from attempts.models import ACTIVE_STATUSES, Attempt, SandboxState, WorkerHost
+
+
+def quiet_since(now=None):
+    """The time before which a host, or an attempt's process, that said nothing is lost: now
+    less BOLTZ_LOST_AFTER."""
+    return (now or timezone.now()) - timedelta(seconds=settings.BOLTZ_LOST_AFTER)
+
+
+def heard_hosts(now=None):
+    """The worker hosts heard from within BOLTZ_LOST_AFTER (a queryset of WorkerHost)."""
+    return WorkerHost.objects.filter(last_seen__gte=quiet_since(now))
 
 
 def known_hosts() -> list[str]:

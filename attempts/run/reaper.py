@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from attempts.core.ended import mark_infra_error
 from attempts.core.timeline import Timeline
+from attempts.dispatch.hosts import quiet_since
 from attempts.models import ACTIVE_STATUSES, DONE_STATUSES, Attempt, EventKind, SandboxState
 from attempts.run.director import record_gone
 from attempts.run.docker import runtime
@@ -74,7 +75,7 @@ def reap_silent(host: str, now=None) -> int:
     BOLTZ_LOST_AFTER seconds (it was killed, or ran out of memory): infrastructure errors,
     their containers removed, their slots free. Returns how many."""
     now = now or timezone.now()
-    quiet = now - timedelta(seconds=settings.BOLTZ_LOST_AFTER)
+    quiet = quiet_since(now)
     silent = Attempt.objects.filter(host=host, status__in=ACTIVE_STATUSES).filter(
         Q(heartbeat_at__lt=quiet) | Q(heartbeat_at__isnull=True, started_at__lt=quiet)
     )

@@ -11,7 +11,6 @@ public.
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection
@@ -20,6 +19,7 @@ from django.utils import timezone
 
 from attempts.dispatch import queue
 from attempts.dispatch.errors import WorkerUnreachable
+from attempts.dispatch.hosts import heard_hosts
 from attempts.models import WorkerHost
 
 log = logging.getLogger(__name__)
@@ -64,10 +64,7 @@ def _broker() -> dict:
 def _workers() -> dict:
     try:
         within = settings.BOLTZ_LOST_AFTER
-        recent = WorkerHost.objects.filter(
-            last_seen__gte=timezone.now() - timedelta(seconds=within)
-        )
-        heard = recent.count()
+        heard = heard_hosts().count()
         last = None if heard else WorkerHost.objects.aggregate(last=Max("last_seen"))["last"]
     except Exception as exc:  # noqa: BLE001 - the database went away between two checks
         log.warning("health: the worker hosts could not be read: %s", exc)

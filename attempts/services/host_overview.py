@@ -6,7 +6,7 @@ the web process never asks Docker."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
 from django.db.models import Count, Q
@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from attempts.dispatch import calls, queue
 from attempts.dispatch.errors import WorkerUnreachable
+from attempts.dispatch.hosts import quiet_since
 from attempts.models import ACTIVE_STATUSES, Attempt, SandboxState, Status, WorkerHost
 
 
@@ -43,7 +44,7 @@ class Overview:
 def host_overview(*, now: datetime | None = None) -> Overview:
     now = now or timezone.now()
     lost_after = settings.BOLTZ_LOST_AFTER
-    quiet = now - timedelta(seconds=lost_after)
+    quiet = quiet_since(now)
     rows = {
         h.name: HostRow(h.name, h.capacity, h.last_seen, h.docker_version, h.last_seen < quiet)
         for h in WorkerHost.objects.all()

@@ -18,13 +18,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import timedelta
 
 from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
 from attempts.core.ended import mark_infra_error
+from attempts.dispatch.hosts import heard_hosts, quiet_since
 from attempts.dispatch.queue import enqueue_sandbox_removal
 from attempts.models import ACTIVE_STATUSES, Attempt, WorkerHost
 
@@ -36,8 +36,8 @@ LOST_BY = "Boltz (its host was lost)"
 
 def lost_attempts(*, now=None):
     """Active attempts whose host and own process have both been silent for BOLTZ_LOST_AFTER."""
-    quiet = (now or timezone.now()) - timedelta(seconds=settings.BOLTZ_LOST_AFTER)
-    heard = WorkerHost.objects.filter(last_seen__gte=quiet).values("name")
+    quiet = quiet_since(now)
+    heard = heard_hosts(now).values("name")
     return (
         Attempt.objects.filter(status__in=ACTIVE_STATUSES)
         .exclude(host="")
