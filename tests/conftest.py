@@ -397,15 +397,45 @@ def agent_commands(attempt_id: int) -> list[str]:
     ]
 
 
+_test_began: list[float] = [0.0]
+
+
+@pytest.fixture(autouse=True)
+def _note_when_the_test_began():
+    _test_began[0] = time.time()
+
+
 def containers_of(attempt_id: int) -> list[dict]:
-    """The containers of this test run made for an attempt (on any host)."""
+    """The containers of this test run made for an attempt (on any host). Attempt ids repeat
+    within a run (a test's rows are rolled back or flushed, and the next test's count again
+    from 1), and containers are kept until the run ends: one made before the attempt was (or,
+    for an attempt no longer in the database, before this test began) is an earlier test's."""
+    from attempts.models import Attempt
     from attempts.run.docker import runtime
 
+    created = Attempt.objects.filter(pk=attempt_id).values_list("created_at", flat=True).first()
+    since = created.timestamp() if created else _test_began[0]
     return [
         c
         for c in runtime.list_sandboxes(all_hosts=True)
         if c["labels"].get(runtime.LABEL_ATTEMPT) == str(attempt_id)
+        and c["created"] >= int(since)  # whole seconds: the same second is looked at closer
+        and (c["created"] > since or _created_at(c["id"]) >= since)
     ]
+
+
+def _created_at(container_id: str) -> float:
+    """When Docker made a container, to the microsecond (its list gives whole seconds only);
+    0 for one gone meanwhile."""
+    from datetime import datetime
+
+    from attempts.run.docker import runtime
+
+    info = runtime.inspect_container(container_id)
+    if info is None:
+        return 0.0
+    whole, _, fraction = info["Created"].rstrip("Z").partition(".")
+    return datetime.fromisoformat(f"{whole}.{(fraction + '000000')[:6]}+00:00").timestamp()
 
 
 @pytest.fixture
