@@ -48,6 +48,8 @@ if BOLTZ_ENV not in ("development", "production"):
 # BOLTZ_HSTS_SECONDS. Off by default, so `make demo` serves plain http on 127.0.0.1.
 BOLTZ_HTTPS = env_bool("BOLTZ_HTTPS", False)
 SECURE_SSL_REDIRECT = BOLTZ_HTTPS
+# Except `/healthz`: a load balancer probes the web process itself, over plain http.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
 SESSION_COOKIE_SECURE = BOLTZ_HTTPS
 CSRF_COOKIE_SECURE = BOLTZ_HTTPS
 SECURE_HSTS_SECONDS = int(env_seconds("BOLTZ_HSTS_SECONDS", "365d")) if BOLTZ_HTTPS else 0

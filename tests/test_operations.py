@@ -93,6 +93,16 @@ def test_healthz_is_503_naming_the_workers_when_no_host_beat_lately(client, redi
     assert client.head("/healthz").status_code == 503
 
 
+@pytest.mark.django_db
+@pytest.mark.timeout(60)
+def test_healthz_answers_plain_http_probes_where_everything_else_goes_to_https(
+    client, settings, redis_ready
+):
+    settings.SECURE_SSL_REDIRECT = True  # BOLTZ_HTTPS=1; the exemption is the settings' own
+    assert client.get("/tasks/").status_code == 301
+    assert client.get("/healthz").status_code in (200, 503)
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(120)
 def test_with_redis_unreachable_healthz_is_503_naming_the_broker_and_hosts_still_render(
