@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import socket
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from boltz_web.env_values import (
     env_seconds,
     env_str,
 )
+from boltz_web.file_storage import default_storage_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -142,7 +144,9 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 # a test's own folder).
 STATIC_ROOT = Path(env_str("BOLTZ_STATIC_ROOT", str(DATA_DIR / "static"))).resolve()
 STORAGES = {
-    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # Raw outputs, diffs, workspaces and uploads: MEDIA_ROOT, or an S3-compatible bucket shared
+    # by the web process and every worker host with BOLTZ_STORAGE=s3 (boltz_web/file_storage.py).
+    "default": default_storage_settings(os.environ),
     # `manage.py collectstatic` (make demo runs it) writes hashed, gzipped copies to STATIC_ROOT.
     "staticfiles": {"BACKEND": "boltz_web.static_storage.StaticStorage"},
 }
@@ -211,6 +215,8 @@ LOGGING = {
     "loggers": {
         "attempts": {"handlers": ["console"], "level": _LOG_LEVEL},
         "boltz_web": {"handlers": ["console"], "level": _LOG_LEVEL},
+        # A worker's own lines ("... ready.", tasks received, failures), in the same format.
+        "celery": {"handlers": ["console"], "level": "INFO"},
     },
 }
 

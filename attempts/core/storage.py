@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from django.core.files.storage import default_storage
+from django.core.files.storage import FileSystemStorage, default_storage
 
 
 def delete_tree(prefix: str) -> int:
@@ -21,9 +21,10 @@ def delete_tree(prefix: str) -> int:
         removed += 1
     for folder in folders:
         removed += delete_tree(f"{prefix}/{folder}")
-    # A local folder keeps empty directories; other storages have none to remove.
-    with contextlib.suppress(NotImplementedError, OSError):
-        os.rmdir(default_storage.path(prefix))
+    # A local folder keeps empty directories; a bucket has none to remove (and no `path`).
+    if isinstance(default_storage, FileSystemStorage):
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.join(default_storage.location, prefix))
     return removed
 
 
