@@ -20,9 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from django.conf import settings
+from django.core.files import File
+from django.core.files.storage import default_storage
 
 from attempts.core.errors import TaskInvalid
 from attempts.exports.workspace import sandbox_owned
+from boltz_web.file_storage import is_shared
 
 # A full commit id (SHA-1 or SHA-256): it names one commit forever.
 FULL_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
@@ -81,8 +84,15 @@ def git(
     return proc.stdout if raw else proc.stdout.decode("utf-8", errors="replace")
 
 
+# A repository kept in the file storage as a git bundle (uploaded, or made from a folder, where
+# the storage is shared: BOLTZ_STORAGE=s3): every host makes its mirror from the bundle.
+STORED = "stored:"
+
+
 def is_local(url: str) -> bool:
-    return "://" not in url and not re.match(r"^[\w.-]+@[\w.-]+:", url)
+    return (
+        "://" not in url and not url.startswith(STORED) and not re.match(r"^[\w.-]+@[\w.-]+:", url)
+    )
 
 
 def mirror_path(url: str) -> Path:
@@ -104,6 +114,10 @@ def ensure_mirror(url: str, *, refresh: bool = False) -> Path:
         except GitError:
             raise TaskInvalid("repository", f"{url} is not a git repository") from None
     mirror = mirror_path(url)
+    if url.startswith(STORED):
+        if not mirror.exists():  # a bundle never changes: there is nothing to refresh
+            _mirror_from_bundle(url.removeprefix(STORED), mirror)
+        return mirror
     try:
         if not mirror.exists():
             mirror.parent.mkdir(parents=True, exist_ok=True)
@@ -118,6 +132,40 @@ def ensure_mirror(url: str, *, refresh: bool = False) -> Path:
     except GitError as exc:
         raise TaskInvalid("repository", f"could not clone {url}: {exc}") from None
     return mirror
+
+
+def _mirror_from_bundle(name: str, mirror: Path) -> None:
+    if not default_storage.exists(name):
+        raise TaskInvalid("repository", f"{name} is not in the file storage")
+    mirror.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="clone-", dir=mirror.parent))
+    try:
+        bundle = scratch / "repo.bundle"
+        with default_storage.open(name, "rb") as source, bundle.open("wb") as out:
+            shutil.copyfileobj(source, out)
+        git("clone", "--mirror", "--quiet", "--", str(bundle), str(scratch / "m.git"))
+        os.replace(scratch / "m.git", mirror)
+    except GitError as exc:
+        raise TaskInvalid("repository", f"could not clone {name}: {exc}") from None
+    except OSError:
+        if not mirror.exists():  # else another process made the same mirror first
+            raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _stored_bundle(repo: Path, slug: str) -> str:
+    """`repo` (every ref) as a git bundle in the file storage; its repo_url (`stored:NAME`).
+    The name holds the bundle's hash: an upload made again under the slug is a new bundle."""
+    with tempfile.TemporaryDirectory(prefix="bundle-", dir=settings.DATA_DIR) as scratch:
+        bundle = Path(scratch) / "repo.bundle"
+        git("bundle", "create", "--quiet", str(bundle), "--all", cwd=repo)
+        digest = hashlib.sha256(bundle.read_bytes()).hexdigest()[:16]
+        name = f"task-repos/{slug}-{digest}.bundle"
+        if not default_storage.exists(name):
+            with bundle.open("rb") as handle:
+                name = default_storage.save(name, File(handle))
+    return STORED + name
 
 
 def resolve_ref(url: str, ref: str) -> str:
@@ -173,6 +221,8 @@ def repository_from_folder(folder: Path, slug: str) -> str:
         shutil.copytree(folder, target, symlinks=True)
     else:
         commit_folder(folder, target)
+    if is_shared(settings.STORAGES):  # other hosts cannot see this folder: they get a bundle
+        return _stored_bundle(target, slug)
     return str(target)
 
 
