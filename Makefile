@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 && $(PYTHON) -c "import ensurepip" 2>/dev/null || scripts/services.sh python
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,postgres,s3,gym,inspect,mini]'
+	$(PY) -m pip install -q -e '.[dev,postgres,s3,ops,gym,inspect,mini]'
 	touch $@
 
 # What the training-format tests need (TRL, transformers, datasets, torch on the CPU): the suite

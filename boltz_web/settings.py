@@ -250,6 +250,10 @@ CELERY_BROKER_CONNECTION_TIMEOUT = BOLTZ_REDIS_TIMEOUT
 # retry on a hanging Redis would wait its timeout two or three times over.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 0}
 CELERY_TASK_DEFAULT_QUEUE = env_str("BOLTZ_QUEUE", "boltz")
+# Workers tell the broker when a task is sent, starts and ends, so that Celery's own monitor
+# (Flower, docs/DEPLOY.md) lists tasks as well as workers. A few bytes per task on Redis.
+CELERY_WORKER_SEND_TASK_EVENTS = env_bool("BOLTZ_TASK_EVENTS", True)
+CELERY_TASK_SEND_SENT_EVENT = CELERY_WORKER_SEND_TASK_EVENTS
 
 # --- Boltz -----------------------------------------------------------------------------------
 BOLTZ_HOST = env_str("BOLTZ_HOST", socket.gethostname())
