@@ -67,10 +67,15 @@ test-runsc: install services image
 	BOLTZ_RUNTIME=runsc BOLTZ_TEST_REDIS_DB=9 $(PYTEST) --junitxml=test-results/junit-runsc.xml \
 		$(RUNSC_TESTS)
 
-# The pipeline and page tests again, on PostgreSQL (SQLite is the default everywhere else).
-test-postgres: install services image
+# The whole suite again, on PostgreSQL (SQLite is the default everywhere else), with the races
+# of several processes on one database that only PostgreSQL has (tests/test_postgres_races.py;
+# a SQLite run deselects them and says so). Redis databases 5, 4, ... (make test takes 15, 14,
+# ..., make test-runsc 9, 8, ...), so the three can run at once.
+test-postgres: install install-train services image
+	scripts/services.sh browser
 	scripts/services.sh postgres
-	DATABASE_URL=postgres://boltz@127.0.0.1:5433/boltz $(PYTEST) tests/test_pipeline.py tests/test_pages.py
+	DATABASE_URL=postgres://boltz@127.0.0.1:5433/boltz BOLTZ_TEST_REDIS_DB=5 $(PYTEST) \
+		--junitxml=test-results/junit-postgres.xml
 
 # docs/RELIABILITY.md: every hostile agent, fault, access case and fuzz target, run and written
 # with what each measured.

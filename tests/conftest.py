@@ -465,6 +465,37 @@ def task_dir(tmp_path):
     return copy
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "postgres: several processes racing on one PostgreSQL database (DATABASE_URL); "
+        "deselected on SQLite, where one writer at a time leaves nothing to race",
+    )
+
+
+def _on_postgresql() -> bool:
+    return "postgresql" in settings.DATABASES["default"]["ENGINE"]
+
+
+def pytest_collection_modifyitems(config, items):
+    """On SQLite the `postgres` races are deselected, never run green: the summary says so."""
+    if _on_postgresql():
+        return
+    left = [item for item in items if item.get_closest_marker("postgres") is None]
+    if len(left) < len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in left])
+        config._boltz_postgres_only = len(items) - len(left)
+        items[:] = left
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if count := getattr(config, "_boltz_postgres_only", 0):
+        terminalreporter.write_line(
+            f"{count} PostgreSQL race tests deselected: this run is on SQLite "
+            "(make test-postgres runs them)"
+        )
+
+
 def pytest_sessionfinish(session, exitstatus):
     # Here, not in a fixture's teardown: that would count against the last test's timeout.
     if _used_docker:
