@@ -233,7 +233,8 @@ def _assert_ended_by_infrastructure(attempts: list[Attempt], since) -> list[floa
         assert attempt.status == Status.FINISHED, (attempt.pk, attempt.status)
         assert attempt.outcome == Outcome.INFRA_ERROR, (attempt.outcome, attempt.failure_reason)
         assert attempt.score is None and attempt.checks.count() == 0
-        assert attempt.sandbox_state != SandboxState.LIVE
+        # Not live any more: stopped, or (its host lost) given up as deleted by Boltz.
+        assert attempt.sandbox_state != SandboxState.LIVE or attempt.sandbox_deleted_at
         seconds.append((attempt.finished_at - since).total_seconds())
     assert max(seconds) < WITHIN_A_MINUTE, seconds
     return seconds

@@ -90,6 +90,20 @@ def answering_workers(names: list[str], *, timeout: float = 1.0) -> set[str]:
     return {name for reply in replies or [] for name in reply}
 
 
+def take_attempts(node: str, *, taking: bool, timeout: float = 2.0) -> bool:
+    """Have the attempts worker `node` (worker_names' "attempts") stop taking new attempts
+    from the shared queue (`taking=False`: its host's Docker cannot be reached, so they go to a
+    host whose Docker answers) or take them again. True when the worker said it did (it says
+    so also when it was so already); False when it did not answer, or Redis could not be
+    reached: ask again."""
+    control = app.control.add_consumer if taking else app.control.cancel_consumer
+    try:
+        replies = control(settings.BOLTZ_QUEUE, destination=[node], reply=True, timeout=timeout)
+    except SEND_ERRORS:
+        return False
+    return any(node in reply for reply in replies or [])
+
+
 def attempts_queue(queue: str | None = None) -> str:
     """The queue a new attempt goes to (kept on its row, where `resend_lost` looks for it)."""
     return queue or settings.BOLTZ_QUEUE

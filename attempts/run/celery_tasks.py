@@ -31,22 +31,31 @@ log = logging.getLogger(__name__)
 use_this_hosts_docker()
 
 
-@shared_task(name=queueing.RUN_ATTEMPT, bind=True, acks_late=True, max_retries=None)
-def run_attempt_task(self, attempt_id: int) -> None:
-    """Run one attempt on this worker's Docker host. Only a Docker-daemon fault is retried."""
+def _docker_here(task, attempt_id: int) -> bool:
+    """Does this host's Docker answer, for an attempt or sandbox about to start here? If not,
+    its message goes back to the shared queue (a host whose Docker answers takes it; this one
+    stops taking attempts while its Docker is away, container_watch.py) up to
+    BOLTZ_DOCKER_RETRIES times, after which the attempt ends as an infrastructure error."""
     try:
         runtime.ping()
     except DockerUnavailable as exc:
-        if self.request.retries < settings.BOLTZ_DOCKER_RETRIES:
+        if task.request.retries < settings.BOLTZ_DOCKER_RETRIES:
             log.warning("Docker unavailable for attempt %s, retrying: %s", attempt_id, exc.reason)
-            raise self.retry(countdown=settings.BOLTZ_DOCKER_RETRY_DELAY, exc=exc) from exc
+            raise task.retry(countdown=settings.BOLTZ_DOCKER_RETRY_DELAY, exc=exc) from exc
         mark_infra_error(
             attempt_id,
             f"start: Docker daemon unreachable on host {settings.BOLTZ_HOST} after "
-            f"{self.request.retries + 1} tries: {exc.reason}",
+            f"{task.request.retries + 1} tries: {exc.reason}",
         )
-        return
-    runner.run_attempt(attempt_id, host=settings.BOLTZ_HOST)
+        return False
+    return True
+
+
+@shared_task(name=queueing.RUN_ATTEMPT, bind=True, acks_late=True, max_retries=None)
+def run_attempt_task(self, attempt_id: int) -> None:
+    """Run one attempt on this worker's Docker host. Only a Docker-daemon fault is retried."""
+    if _docker_here(self, attempt_id):
+        runner.run_attempt(attempt_id, host=settings.BOLTZ_HOST)
 
 
 @shared_task(name=queueing.REMOVE_SANDBOX, acks_late=True)
@@ -83,12 +92,14 @@ def recheck_task(attempt_id: int, requested_by: str) -> None:
     runner.recheck(attempt_id, by=requested_by)
 
 
-@shared_task(name=queueing.HOLD_SANDBOX, acks_late=True)
-def hold_sandbox_task(attempt_id: int) -> None:
-    """Open an API sandbox on this host and hold it (one of the host's slots) until closed."""
+@shared_task(name=queueing.HOLD_SANDBOX, bind=True, acks_late=True, max_retries=None)
+def hold_sandbox_task(self, attempt_id: int) -> None:
+    """Open an API sandbox on this host and hold it (one of the host's slots) until closed.
+    Only a Docker-daemon fault is retried, as for an attempt."""
     from attempts.run.operations import hold_sandbox
 
-    hold_sandbox(attempt_id, host=settings.BOLTZ_HOST)
+    if _docker_here(self, attempt_id):
+        hold_sandbox(attempt_id, host=settings.BOLTZ_HOST)
 
 
 HEARTBEAT_SECONDS = 2
@@ -162,7 +173,12 @@ def start_operations(sender=None, **kwargs) -> None:
             settings.BOLTZ_HOST, run_operation, settings.BOLTZ_OPS_CONCURRENCY
         ).start()
         threading.Thread(target=_heartbeat, name="boltz-heartbeat", daemon=True).start()
-        container_watch.start()
+        # This host's attempts worker (of the same run_worker) takes no attempts while this
+        # host's Docker does not answer.
+        attempts_node = "attempts-" + str(sender.hostname).removeprefix("ops-")
+        container_watch.start(
+            lambda taking: queueing.take_attempts(attempts_node, taking=taking)
+        )
         threading.Thread(target=_requeue, name="boltz-requeue", daemon=True).start()
 
 

@@ -18,6 +18,13 @@ the container all along, which fails at once when it dies.
 Events missed while the listener was not connected (the daemon restarting) are made up when it
 connects again: a sweep of this host's live sandboxes, and the reaper (kept ones gone, check
 containers left behind).
+
+A daemon that stays away (stopped, crashed: every container stops with it) is noticed by a
+second thread that asks it every two seconds (`watch_reach`): once it has not answered for
+AWAY_SECONDS, this host's live sandboxes are marked stopped (their holders end them as
+infrastructure errors, as above), and this host's attempts worker stops taking new attempts
+from the shared queue, so they go to hosts whose Docker answers; it takes them again when its
+Docker is back.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import datetime
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -42,6 +50,10 @@ log = logging.getLogger(__name__)
 
 # Seconds between tries to reach a daemon that went away.
 RECONNECT_SECONDS = 1.0
+# Seconds between asking the daemon whether it answers, and how long it may stay away (a
+# restart takes a few seconds) before this host's live sandboxes end and it takes no attempts.
+REACH_SECONDS = 2.0
+AWAY_SECONDS = 10.0
 
 # A sandbox held live for its client, and not being closed, cancelled or deleted by Boltz.
 HELD = {
@@ -244,8 +256,89 @@ def watch(stop: threading.Event) -> None:
         stop.wait(RECONNECT_SECONDS)
 
 
-def start() -> threading.Event:
-    """The listener, in a thread of this process; set the returned event to stop it."""
+def end_out_of_reach(since: float) -> int:
+    """This host's Docker has not answered since `since` (seconds since the epoch): its live
+    sandboxes are marked stopped (every container stops with its daemon), for their holders to
+    end them as infrastructure errors. Returns how many were marked now (one with an operation
+    running is judged when it ends, or at the next call)."""
+    live = Attempt.objects.filter(
+        host=settings.BOLTZ_HOST, sandbox_state=SandboxState.LIVE, **HELD
+    ).exclude(container_id="")
+    when = datetime.datetime.fromtimestamp(since, tz=datetime.UTC)
+    how = (
+        f"is out of reach: the Docker daemon of host {settings.BOLTZ_HOST} has not answered "
+        f"since {when:%H:%M:%S} UTC"
+    )
+    return sum(
+        stopped(attempt_id, container, removed=False, how=how)
+        for attempt_id, container in live.values_list("pk", "container_id")
+    )
+
+
+class Reach:
+    """Whether this host's Docker answers, as `watch_reach` finds it, and what follows: past
+    AWAY_SECONDS without an answer, the live sandboxes end and `take_attempts(False)` is called
+    (again until it returns True); when it answers again, `take_attempts(True)`."""
+
+    def __init__(self, take_attempts: Callable[[bool], bool]):
+        self.take_attempts = take_attempts
+        self.away_since: float | None = None  # when it first did not answer (epoch seconds)
+        self.taking = True  # what the attempts worker was last asked to do
+        self.told = True  # ... and whether it said it did
+
+    def answered(self) -> None:
+        if self.away_since is not None:
+            log.warning("the Docker daemon of host %s answers again", settings.BOLTZ_HOST)
+        self.away_since = None
+        self._ask(taking=True)
+
+    def silent(self, now: float) -> None:
+        if self.away_since is None:
+            self.away_since = now
+        if now - self.away_since < AWAY_SECONDS:
+            return
+        if self.taking:
+            log.warning(
+                "the Docker daemon of host %s has not answered for %.0fs: its live sandboxes "
+                "end and it takes no new attempts until it answers",
+                settings.BOLTZ_HOST,
+                now - self.away_since,
+            )
+        self._ask(taking=False)
+        end_out_of_reach(self.away_since)
+
+    def _ask(self, *, taking: bool) -> None:
+        if self.taking != taking:
+            self.taking, self.told = taking, False
+        if not self.told:
+            self.told = self.take_attempts(taking)
+
+
+def watch_reach(stop: threading.Event, reach: Reach) -> None:
+    """Ask this host's Docker every REACH_SECONDS whether it answers, until `stop` is set."""
+    while not stop.is_set():
+        try:
+            try:
+                runtime.ping()
+            except InfrastructureError:
+                reach.silent(time.time())
+            else:
+                reach.answered()
+        except Exception:  # noqa: BLE001 - the watch must never stop (the database away)
+            log.exception("watching the Docker daemon of host %s failed", settings.BOLTZ_HOST)
+        finally:
+            connection.close()
+        stop.wait(REACH_SECONDS)
+
+
+def start(take_attempts: Callable[[bool], bool] | None = None) -> threading.Event:
+    """The listener, in a thread of this process, and the daemon's watch in another, which
+    calls `take_attempts` as the daemon goes away and comes back; set the returned event to
+    stop both."""
     stop = threading.Event()
     threading.Thread(target=watch, args=(stop,), name="boltz-docker-events", daemon=True).start()
+    reach = Reach(take_attempts or (lambda taking: True))
+    threading.Thread(
+        target=watch_reach, args=(stop, reach), name="boltz-docker-reach", daemon=True
+    ).start()
     return stop
