@@ -196,7 +196,7 @@ def on_s3(s3_server, django_db_setup, django_db_blocker, docker_ready, redis_rea
         default = default_storage_settings(env)
         default["OPTIONS"].update(access_key="testing", secret_key="testing")
         storages = {**settings.STORAGES, "default": default}
-        yield SimpleNamespace(url=url, queue=queue, objects=objects, storages=storages)
+        yield SimpleNamespace(url=url, host=host, objects=objects, storages=storages)
 
 
 def _not_written_here(names: list[str], since: float) -> list[str]:
@@ -313,3 +313,35 @@ def test_an_attempt_on_s3_keeps_its_files_in_the_bucket_and_reads_them_back(on_s
         assert deleted.status_code == 302, deleted.text[:500]
         assert not Attempt.objects.filter(pk=attempt.pk).exists()
         wait_until(lambda: not on_s3.objects(f"attempts/{attempt.pk}/"), 60, "objects deleted")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.docker
+@pytest.mark.worker
+@pytest.mark.timeout(240)
+def test_an_api_sandbox_from_an_image_on_s3_keeps_its_repository_and_outputs_in_the_bucket(on_s3):
+    from attempts.dispatch.hosts import register_host
+    from attempts.models import Attempt
+    from tests.conftest import sdk_client
+
+    # The worker's images, as it reports them at its start (an earlier test's flush took them).
+    register_host(on_s3.host, 1, images=[settings.BOLTZ_DEFAULT_IMAGE])
+    began = time.time() - 1
+    # The web process makes the image's task; its (empty) repository is a bundle the worker
+    # reads from the bucket, not a folder on the web host.
+    with (
+        sdk_client(on_s3.url, f"sdk-{uuid.uuid4().hex[:6]}") as client,
+        client.sandbox(image=settings.BOLTZ_DEFAULT_IMAGE) as box,
+    ):
+        result = box.exec("head -c 200000 /dev/zero | tr '\\0' y")
+        assert result.exit_code == 0 and result.truncated
+        attempt = Attempt.objects.select_related("task").get(pk=box.id)
+        assert attempt.task.repo_url.startswith("stored:task-repos/image-")
+        bundle = attempt.task.repo_url.removeprefix("stored:")
+        assert bundle in on_s3.objects("task-repos/")
+        # The whole output, stored by the worker, is read back by the web process.
+        whole = box.exec("head -c 200000 /dev/zero | tr '\\0' y", max_output=300_000)
+        assert whole.stdout == "y" * 200000 and not whole.truncated
+    stored = on_s3.objects(f"attempts/{attempt.pk}/outputs/")
+    assert any(v == b"y" * 200000 for v in stored.values()), sorted(stored)
+    assert not _not_written_here(list(stored), began)

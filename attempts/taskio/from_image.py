@@ -45,15 +45,17 @@ def image_task(image: str) -> Task:
     found = Task.objects.filter(slug=slug).first()
     if found is not None:
         return found
-    target = Path(settings.DATA_DIR) / "task-repos" / slug
+    # An empty repository, made as any folder's is: where storage is shared, a bundle every
+    # host's worker can read (the web process may make this task, a worker runs it).
     with tempfile.TemporaryDirectory(dir=settings.DATA_DIR) as empty:
-        commit = repos.commit_folder(Path(empty), target)
+        repo_url = repos.repository_from_folder(Path(empty), slug)
+    commit = repos.resolve_ref(repo_url, "HEAD")
     try:
         return Task.objects.create(
             slug=slug,
             title=f"Sandbox from {name}"[:200],
             instruction=f"A sandbox started from the image {name}, without a task.",
-            repo_url=str(target),
+            repo_url=repo_url,
             base_ref="HEAD",
             base_commit=commit,
             image=name,
