@@ -113,6 +113,11 @@ CASES = [
         "tests/test_lost_hosts.py",
     ),
     Case(
+        "Faults survived, nothing lost",
+        "two Docker hosts: work spread by free room; one host's dockerd stopped, its worker killed",
+        "tests/test_two_hosts.py",
+    ),
+    Case(
         "Faults survived, nothing lost", "worker lost mid-attempt, reaper", "tests/test_reaper.py"
     ),
     Case(
