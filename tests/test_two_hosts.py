@@ -100,9 +100,7 @@ def assert_on_its_host(hosts, attempt: Attempt) -> None:
     assert daemons_holding(hosts, attempt.container_id) == [attempt.host]
 
 
-def test_sandboxes_spread_over_both_hosts_and_each_operation_goes_to_its_own(
-    hosts, load_example
-):
+def test_sandboxes_spread_over_both_hosts_and_each_operation_goes_to_its_own(hosts, load_example):
     load_example("fix-add")
     with sdk_client(hosts.url, "spread") as client:
         boxes = [client.sandbox(task="fix-add", idle_timeout=300, wait=120) for _ in range(4)]
@@ -147,14 +145,11 @@ def test_a_pools_environments_spread_over_both_hosts_and_step(hosts, load_exampl
         assert [s.observation.exit_code for s in steps] == [0] * 4
 
 
-def test_a_task_image_missing_on_a_host_is_built_there_when_an_attempt_lands_there(
-    hosts, tmp_path
-):
+def test_a_task_image_missing_on_a_host_is_built_there_when_an_attempt_lands_there(hosts, tmp_path):
     folder = tmp_path / "two-hosts-image"
     shutil.copytree(EXAMPLES / "fix-add", folder)
     (folder / "Dockerfile").write_text(
-        "FROM python:3.12-slim\nRUN echo built-for-boltz > /etc/boltz-marker\n"
-        "USER sandbox\n"
+        "FROM python:3.12-slim\nRUN echo built-for-boltz > /etc/boltz-marker\nUSER sandbox\n"
     )
     toml = folder / "task.toml"
     toml.write_text(toml.read_text().replace('slug = "fix-add"', 'slug = "two-hosts-image"'))
@@ -251,8 +246,7 @@ def _new_work_succeeds_on_a(hosts, task, on_a: list[Attempt], http: httpx.Client
             assert attempt_cancel(attempt=attempt, by="test")
     wait_finished(on_a, timeout=60)
     fresh = [
-        attempt_create(task=task, agent="command", command=FIX, queue=hosts.queue)
-        for _ in range(2)
+        attempt_create(task=task, agent="command", command=FIX, queue=hosts.queue) for _ in range(2)
     ]
     fresh = wait_finished(fresh, timeout=120)
     assert [(a.outcome, a.host) for a in fresh] == [(Outcome.PASSED, hosts.a)] * 2

@@ -176,9 +176,7 @@ def start_operations(sender=None, **kwargs) -> None:
         # This host's attempts worker (of the same run_worker) takes no attempts while this
         # host's Docker does not answer.
         attempts_node = "attempts-" + str(sender.hostname).removeprefix("ops-")
-        container_watch.start(
-            lambda taking: queueing.take_attempts(attempts_node, taking=taking)
-        )
+        container_watch.start(lambda taking: queueing.take_attempts(attempts_node, taking=taking))
         threading.Thread(target=_requeue, name="boltz-requeue", daemon=True).start()
 
 
