@@ -13,15 +13,12 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import time
 import uuid
 from datetime import timedelta
-from pathlib import Path
 from types import SimpleNamespace
 
-import docker
 import httpx
 import pytest
 from django.conf import settings
@@ -43,6 +40,7 @@ from tests.conftest import (
     wait_finished,
     wait_until,
 )
+from tests.daemons import SecondDaemon
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -357,100 +355,22 @@ def test_a_process_killed_for_memory_is_noted_and_its_sandbox_lives_on(host, loa
 
 
 # --- a Docker daemon restarted mid-attempt ---------------------------------------------------------
-NAME = "boltz-test-docker"
-SOCKET = f"/run/{NAME}.sock"
-PIDFILE = Path(f"/run/{NAME}.pid")
-DATA_ROOT = f"/var/lib/{NAME}"
-EXEC_ROOT = f"/run/{NAME}"
-LOG = Path(f"/tmp/{NAME}.log")
-DAEMON = [
-    "dockerd",
-    "-H",
-    f"unix://{SOCKET}",
-    "--data-root",
-    DATA_ROOT,
-    "--exec-root",
-    EXEC_ROOT,
-    "--pidfile",
-    str(PIDFILE),
-    "--cgroup-parent",
-    NAME,
-    # No network at all, as the machine's daemon: no bridge, no iptables, no forwarding.
-    "--bridge=none",
-    "--iptables=false",
-    "--ip-forward=false",
-    "--ip-masq=false",
-    "--shutdown-timeout=2",
-]
-
-
-def _answers() -> bool:
-    try:
-        with docker.APIClient(base_url=f"unix://{SOCKET}", timeout=5) as api:
-            api.ping()
-        return True
-    except Exception:  # noqa: BLE001 - not (yet) answering, whatever the reason
-        return False
-
-
-_daemon: list[subprocess.Popen] = []  # the test's dockerd, when this process started it
-
-
-def start_daemon() -> None:
-    os.makedirs(EXEC_ROOT, exist_ok=True)
-    with LOG.open("ab") as log:
-        _daemon[:] = [
-            subprocess.Popen(DAEMON, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        ]
-    wait_until(_answers, timeout=60, what="the test's dockerd to answer")
-
-
-def stop_daemon() -> None:
-    """What a restart does first: the daemon stops, and every container stops with it."""
-    if _daemon:
-        _daemon[0].terminate()
-        _daemon.pop().wait(timeout=60)
-        return
-    pid = int(PIDFILE.read_text())  # one an earlier run left
-    os.kill(pid, signal.SIGTERM)
-    wait_until(lambda: not Path(f"/proc/{pid}").exists(), timeout=60, what="dockerd to stop")
-
-
 @pytest.fixture(scope="module")
 def daemon(docker_ready):
-    """The test's own dockerd, with the sandbox image loaded from the machine's."""
-    require(os.geteuid() == 0 and shutil.which("dockerd"), "needs root and dockerd")
-    started = not _answers()
-    if started:
-        start_daemon()
-    image = settings.BOLTZ_DEFAULT_IMAGE
-    api = docker.APIClient(base_url=f"unix://{SOCKET}", timeout=300)
+    """The test's own dockerd (tests/daemons.py: never the machine's), with the sandbox image
+    loaded from the machine's; removed with its containers at the end."""
+    require(os.geteuid() == 0 and bool(shutil.which("dockerd")), "needs root and dockerd")
+    second = SecondDaemon("restart")
     try:
-        mine = docker.from_env().images.get(image).id
-        try:
-            loaded = api.inspect_image(image)["Id"]
-        except docker.errors.ImageNotFound:
-            loaded = None
-        if loaded != mine:
-            save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
-            subprocess.run(
-                ["docker", "-H", f"unix://{SOCKET}", "load"], stdin=save.stdout, check=True
-            )
-            assert save.wait() == 0
-        yield api
+        second.start()
+        second.load_image(settings.BOLTZ_DEFAULT_IMAGE)
+        yield second
     finally:
-        if not _answers():  # a test stopped it and failed before starting it again
-            start_daemon()
-        for container in api.containers(all=True, filters={"label": "boltz.attempt"}):
-            api.remove_container(container["Id"], force=True)
-        api.close()
-        if started:
-            stop_daemon()
+        second.remove()
 
 
-def boltz_containers(api) -> list[dict]:
-    label = f"boltz.instance={settings.BOLTZ_INSTANCE}"
-    return api.containers(all=True, filters={"label": label})
+def boltz_containers(daemon: SecondDaemon) -> list[dict]:
+    return daemon.containers()
 
 
 @pytest.mark.timeout(420)
@@ -459,7 +379,7 @@ def test_a_docker_daemon_restarted_mid_attempt_ends_it_as_an_infrastructure_erro
 ):
     queue, host = f"restart-{uuid.uuid4().hex[:8]}", f"restart-{uuid.uuid4().hex[:4]}"
     task = load_example("fix-add")
-    env = {"DOCKER_HOST": f"unix://{SOCKET}"}
+    env = {"DOCKER_HOST": daemon.url}
     with (
         run_worker(queue=queue, host=host, capacity=3, env=env),
         run_web({"BOLTZ_QUEUE": queue}) as url,
@@ -479,8 +399,8 @@ def test_a_docker_daemon_restarted_mid_attempt_ends_it_as_an_infrastructure_erro
             wait_until(lambda: agent_printing(pipeline.pk), timeout=120, what="the agent")
 
             at = timezone.now()
-            stop_daemon()
-            start_daemon()
+            daemon.stop()
+            daemon.start()
             restarted = round((timezone.now() - at).total_seconds(), 3)
 
             # Nothing hangs: both end, as infrastructure errors with their reason.
