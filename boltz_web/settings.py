@@ -160,6 +160,9 @@ if _database_url:
         DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=60)}
     except Exception as exc:  # noqa: BLE001 - dj-database-url raises several kinds
         raise ImproperlyConfigured(f"DATABASE_URL could not be parsed: {exc}") from None
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        # Django's, storing text with NUL characters instead of failing on it.
+        DATABASES["default"]["ENGINE"] = "boltz_web.postgresql"
 else:
     _sqlite_path = Path(env_str("BOLTZ_SQLITE_PATH", str(DATA_DIR / "boltz.sqlite3")))
     DATABASES = {

@@ -477,6 +477,29 @@ def _on_postgresql() -> bool:
     return "postgresql" in settings.DATABASES["default"]["ENGINE"]
 
 
+def _flush_again_after_a_deadlock() -> None:
+    """A transactional test ends with a flush, which on PostgreSQL is one TRUNCATE of every
+    table: a worker still writing (an attempt's last event as the test ends) can meet it in a
+    deadlock, and PostgreSQL ends the TRUNCATE. It is tried again (on SQLite a flush waits)."""
+    from django.db import OperationalError
+    from django.test import TransactionTestCase
+
+    flush = TransactionTestCase._fixture_teardown
+
+    def teardown(self):
+        for tries in range(5):
+            try:
+                return flush(self)
+            except OperationalError as exc:
+                if "deadlock detected" not in str(exc) or tries == 4:
+                    raise
+
+    TransactionTestCase._fixture_teardown = teardown
+
+
+_flush_again_after_a_deadlock()
+
+
 def pytest_collection_modifyitems(config, items):
     """On SQLite the `postgres` races are deselected, never run green: the summary says so."""
     if _on_postgresql():

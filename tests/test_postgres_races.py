@@ -169,3 +169,22 @@ def test_concurrent_steps_of_one_pool_give_each_environment_one_action_per_step(
             range(1, RACERS * rounds + 1)
         )
     pool_close(Pool.objects.get(pk=pool.pk))
+
+
+def test_text_with_nul_characters_is_stored_not_refused():
+    """PostgreSQL's text and jsonb hold no U+0000: an agent's output or message with NUL bytes
+    is stored with U+FFFD in their place (boltz_web/postgresql), as bytes that are not UTF-8
+    are, instead of failing the write. A backslash followed by "u0000" is text, kept."""
+    from attempts.core.timeline import Timeline
+
+    task = new_task("nul", title="a\x00b")
+    attempt = Attempt.objects.create(task=task, number=1, agent="x\x00")
+    event = Timeline(attempt.pk).add(
+        EventKind.MESSAGE, actor="agent", content="out\x00put", literal="\\u0000", **{"k\x00": 1}
+    )
+    task.refresh_from_db()
+    attempt.refresh_from_db()
+    event.refresh_from_db()
+    assert (task.title, attempt.agent) == ("a\ufffdb", "x\ufffd")
+    assert event.data["content"] == "out\ufffdput" and event.data["literal"] == "\\u0000"
+    assert event.data["k\ufffd"] == 1
