@@ -1,103 +1,77 @@
-"""Production settings (docs/ACCESS.md, "HTTPS and a reverse proxy"): `manage.py check --deploy`
-finds nothing with them; the demo's plain-http defaults are exactly what it warns about; a
-served process with BOLTZ_HTTPS redirects http and, behind a proxy, answers https with HSTS and
-secure cookies."""
+"""docs/DEPLOY.md, held to what it says: draining a host (manage.py drain_host) before its
+worker stops, the systemd units run as systemd runs them, and the environment table."""
 
 from __future__ import annotations
 
 import os
-import re
-import secrets
 import subprocess
 import sys
-from pathlib import Path
+import uuid
 
-import httpx
+import pytest
 
-from tests.conftest import run_web
-
-ROOT = Path(__file__).resolve().parent.parent
-# What the test run's environment may hold that a production server's would not.
-NOT_PRODUCTION = (
-    "BOLTZ_DEBUG",
-    "BOLTZ_HTTPS",
-    "BOLTZ_SECRET_KEY",
-    "BOLTZ_HSTS_SECONDS",
-    "DJANGO_ALLOW_ASYNC_UNSAFE",  # set by the browser tests' fixtures
+from attempts.models import Outcome, Status
+from attempts.services.attempts import attempt_create
+from tests.conftest import (
+    ROOT,
+    _worker_database_env,
+    agent_printing,
+    run_worker,
+    wait_finished,
+    wait_until,
 )
 
 
-def production_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in NOT_PRODUCTION}
-    return {
-        **env,
-        "BOLTZ_SECRET_KEY": secrets.token_urlsafe(50),
-        "BOLTZ_ALLOWED_HOSTS": "boltz.example.org",
-        "BOLTZ_HTTPS": "true",
-    }
-
-
-def deploy_check(env: dict[str, str]) -> subprocess.CompletedProcess:
+def manage(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        [sys.executable, "manage.py", *args],
         cwd=ROOT,
-        env=env,
+        env={**os.environ, **_worker_database_env()},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
     )
 
 
-def test_the_deploy_check_finds_nothing_with_production_settings():
-    done = deploy_check(production_env())
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "System check identified no issues" in done.stdout + done.stderr
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.docker
+@pytest.mark.worker
+@pytest.mark.timeout(420)
+def test_a_drained_host_ends_what_it_runs_and_takes_nothing_new(
+    load_example, docker_ready, redis_ready
+):
+    task = load_example("fix-add")
+    queue, tag = f"drain-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex[:4]
+    first, second = f"drain-a-{tag}", f"drain-b-{tag}"
+    with run_worker(queue=queue, host=first, capacity=2):
+        running = attempt_create(
+            task=task, agent="command", command="echo go; sleep 8", queue=queue
+        )
+        wait_until(lambda: agent_printing(running.pk), 120, "the agent to start")
+        told = manage("drain_host", first)
+        assert told.returncode == 0, told.stderr
+        assert f"boltz: host {first} takes no new work (attempts-" in told.stdout
+        assert "1 attempt(s) running and 1 live sandbox(es)" in told.stdout
+        # It has a free slot, yet takes nothing new.
+        waiting = attempt_create(task=task, agent="command", command="true", queue=queue)
+        drained = manage("drain_host", first, "--wait", "150")
+        assert drained.returncode == 0, drained.stderr
+        assert drained.stdout.rstrip().endswith(
+            f"boltz: host {first} is drained: stop its worker now"
+        )
+        running.refresh_from_db()
+        assert running.status == Status.FINISHED and running.outcome == Outcome.FAILED
+        waiting.refresh_from_db()
+        assert waiting.status == Status.QUEUED and not waiting.host
+    # Its worker stopped; another host takes what waited.
+    with run_worker(queue=queue, host=second, capacity=1):
+        (done,) = wait_finished([waiting])
+    assert done.host == second and done.outcome == Outcome.FAILED
 
 
-def test_the_demos_plain_http_is_what_the_deploy_check_warns_about():
-    """Not a vacuous pass: with the demo's environment (no key, no https) it fails, naming
-    the development key and each https setting production turns on."""
-    env = {k: v for k, v in os.environ.items() if k not in NOT_PRODUCTION}
-    done = deploy_check(env)
-    assert done.returncode != 0
-    found = set(re.findall(r"security\.W\d+", done.stdout + done.stderr))
-    assert found == {
-        "security.W004",  # HSTS
-        "security.W008",  # SSL redirect
-        "security.W009",  # the development secret key
-        "security.W012",  # session cookie over https only
-        "security.W016",  # CSRF cookie over https only
-    }
-
-
-def test_the_demo_serves_plain_http(client):
-    """The test run's settings are the demo's: no redirect, no HSTS, cookies over http."""
-    answer = client.get("/login/")
-    assert answer.status_code == 200
-    assert "Strict-Transport-Security" not in answer.headers
-    assert not answer.cookies["csrftoken"]["secure"]
-
-
-def test_with_https_http_is_redirected_and_https_has_hsts_and_secure_cookies(django_db_setup):
-    env = {"BOLTZ_HTTPS": "true", "BOLTZ_BEHIND_PROXY": "true"}
-    with run_web(env) as url:
-        plain = httpx.get(url + "/login/?next=/", timeout=30)
-        assert plain.status_code == 301
-        assert plain.headers["Location"] == url.replace("http://", "https://") + "/login/?next=/"
-        # Through the proxy that ended TLS: https, remembered for a year.
-        secure = httpx.get(url + "/login/", headers={"X-Forwarded-Proto": "https"}, timeout=30)
-        assert secure.status_code == 200
-        hsts = secure.headers["Strict-Transport-Security"]
-        assert hsts == "max-age=31536000; includeSubDomains"
-        cookie = secure.headers["Set-Cookie"]
-        assert cookie.startswith("csrftoken=") and "Secure" in cookie
-    # Without the proxy setting, the same header is not believed: still redirected.
-    with run_web({"BOLTZ_HTTPS": "true"}) as url:
-        claimed = httpx.get(url + "/login/", headers={"X-Forwarded-Proto": "https"}, timeout=30)
-        assert claimed.status_code == 301
-
-
-def test_a_bad_https_setting_stops_the_start_with_its_name():
-    env = {**production_env(), "BOLTZ_HTTPS": "sometimes"}
-    done = deploy_check(env)
-    assert done.returncode != 0 and "BOLTZ_HTTPS='sometimes'" in done.stderr
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(120)
+def test_draining_a_host_no_worker_of_which_answers_says_so(redis_ready):
+    refused = manage("drain_host", "no-such-host")
+    assert refused.returncode == 1
+    assert "host no-such-host: no worker of it answers through Redis" in refused.stderr

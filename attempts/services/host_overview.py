@@ -92,3 +92,26 @@ def _read_queue_depths(overview: Overview) -> None:
     for row in overview.hosts:
         row.own_waiting = waiting[own[row.name]]
         row.calls_waiting = waiting[opcalls[row.name]]
+
+
+@dataclass
+class HostLoad:
+    """What a host runs now (for draining it: manage.py drain_host)."""
+
+    active: int  # attempts starting, running or checking
+    live: int  # live sandboxes: API sandboxes and pool environments included
+
+    @property
+    def idle(self) -> bool:
+        return not (self.active or self.live)
+
+    def __str__(self) -> str:
+        return f"{self.active} attempt(s) running and {self.live} live sandbox(es)"
+
+
+def host_load(host: str) -> HostLoad:
+    on_host = Attempt.objects.filter(host=host)
+    return HostLoad(
+        active=on_host.filter(status__in=ACTIVE_STATUSES).count(),
+        live=on_host.filter(sandbox_state=SandboxState.LIVE).count(),
+    )
