@@ -1,5 +1,5 @@
-"""What BOLTZ_ENV=production refuses to start without: a secret key of its own, the host names
-it answers to, a database server (not SQLite, unless BOLTZ_ALLOW_SQLITE=1 says a one-host
+"""What BOLTZ_ENV=production refuses to start without: a strong secret key of its own, the
+host names it answers to, a database server (not SQLite, unless BOLTZ_ALLOW_SQLITE=1 says a one-host
 installation means it), and DEBUG off. All that is missing is named in one message."""
 
 from __future__ import annotations
@@ -14,10 +14,16 @@ from boltz_web.env_values import env_bool
 def production_problems(*, database_url: str, debug: bool) -> list[str]:
     """What is missing or unsafe for production, one sentence each (empty: nothing)."""
     problems = []
-    if not os.environ.get("BOLTZ_SECRET_KEY", "").strip():
+    key = os.environ.get("BOLTZ_SECRET_KEY", "").strip()
+    make_one = "python3 -c 'import secrets; print(secrets.token_urlsafe(50))'"
+    if not key:
         problems.append(
-            "BOLTZ_SECRET_KEY is not set: give a long random value of your own "
-            "(python3 -c 'import secrets; print(secrets.token_urlsafe(50))')"
+            f"BOLTZ_SECRET_KEY is not set: give a long random value of your own ({make_one})"
+        )
+    elif len(key) < 50 or len(set(key)) < 5:  # Django's own measure (security.W009)
+        problems.append(
+            f"BOLTZ_SECRET_KEY is too weak ({len(key)} characters, {len(set(key))} different; "
+            f"at least 50 and 5): a placeholder left in? Make one: {make_one}"
         )
     if not os.environ.get("BOLTZ_ALLOWED_HOSTS", "").strip(","):
         problems.append(

@@ -22,6 +22,7 @@ from django.contrib.auth import get_user_model
 from attempts.api.tokens import token_create
 from tests.conftest import ROOT, containers_of, run_web, wait_until
 
+STRONG_KEY = "a-Long-random-key-0123456789-made-for-these-tests-only"
 NOT_PRODUCTION = ("BOLTZ_DEBUG", "BOLTZ_SECRET_KEY", "BOLTZ_ALLOWED_HOSTS", "DATABASE_URL")
 
 
@@ -156,17 +157,22 @@ def test_production_refuses_to_start_without_its_settings_and_names_each():
     for name in ("BOLTZ_SECRET_KEY", "BOLTZ_ALLOWED_HOSTS", "DATABASE_URL", "BOLTZ_ALLOW_SQLITE"):
         assert name in said, said
     # Given a key and hosts, only the database is missing.
-    given = {"BOLTZ_SECRET_KEY": "k" * 50, "BOLTZ_ALLOWED_HOSTS": "boltz.example.org"}
+    given = {"BOLTZ_SECRET_KEY": STRONG_KEY, "BOLTZ_ALLOWED_HOSTS": "boltz.example.org"}
     done = production_check(**given)
     assert done.returncode != 0 and "DATABASE_URL" in done.stderr
     assert "BOLTZ_SECRET_KEY is not set" not in done.stderr
+    # A placeholder left in the key is refused, with how to make one.
+    done = production_check(**given | {"BOLTZ_SECRET_KEY": "change-me"}, BOLTZ_ALLOW_SQLITE="1")
+    assert done.returncode != 0
+    assert "BOLTZ_SECRET_KEY is too weak (9 characters" in done.stderr
+    assert "secrets.token_urlsafe(50)" in done.stderr
     # Debug pages are refused in production too.
     done = production_check(**given, BOLTZ_ALLOW_SQLITE="1", BOLTZ_DEBUG="1")
     assert done.returncode != 0 and "BOLTZ_DEBUG is on" in done.stderr
 
 
 def test_production_starts_with_them_or_with_sqlite_on_purpose():
-    given = {"BOLTZ_SECRET_KEY": "k" * 50, "BOLTZ_ALLOWED_HOSTS": "boltz.example.org"}
+    given = {"BOLTZ_SECRET_KEY": STRONG_KEY, "BOLTZ_ALLOWED_HOSTS": "boltz.example.org"}
     done = production_check(**given, BOLTZ_ALLOW_SQLITE="1")
     assert done.returncode == 0, done.stderr
     # A database server's URL is enough; `check` does not connect to it.
