@@ -58,6 +58,8 @@ case "${1:-start}" in
   install)
     apt_install dockerd:docker.io redis-server:redis-server debootstrap:debootstrap git:git \
       mkfs.btrfs:btrfs-progs
+    # systemd-analyze checks the systemd units (scripts/systemd_units.sh, docs/DEPLOY.md).
+    apt_install systemd-analyze:systemd
     # gVisor's runsc, offered to sandboxes as BOLTZ_RUNTIME=runsc (optional: Debian has it).
     apt_install runsc:runsc || echo "boltz: runsc is not available; BOLTZ_RUNTIME=runsc will not work" >&2
     # Boltz's own tools in every sandbox (its init's sleep, its exec wrapper and scripts) are
