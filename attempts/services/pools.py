@@ -496,6 +496,15 @@ def _take_steps_once(requests, results):
     now = timezone.now()
     taken: dict[int, tuple[tuple, Attempt]] = {}
     with transaction.atomic():
+        # The rows locked first, all of them, in one order (PostgreSQL; SQLite has one writer
+        # at a time): two steps of one pool, each updating its runs' rows and then the rest,
+        # would otherwise take them in opposite orders and deadlock.
+        list(
+            Attempt.objects.select_for_update()
+            .filter(pk__in=list(ids))
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
         rest = [pk for pk in ids if pk not in set(runs)]
         for pks, execs in ((runs, 1), (rest, 0)):
             if pks:
