@@ -1,9 +1,9 @@
 """A second Docker daemon on this machine, as a second Docker host for tests: its own socket, pid
 file, exec root, data root and cgroup parent, named after the test process, so that two test
 processes (pytest-xdist) each start their own and never share one. It is started as the
-machine's daemon is (scripts/services.sh start): no bridge, no iptables; on btrfs with the
-machine's simple quotas when the machine's daemon is (its data root then sits on that file
-system), with gVisor's runtime when the machine has it. The sandbox image is loaded into it from
+machine's daemon is (scripts/services.sh start): no bridge, no iptables; on a btrfs of its own
+with simple quotas when the machine's daemon is on btrfs, with gVisor's runtime when the machine
+has it. The sandbox image is loaded into it from
 the machine's (`docker save | docker load`: no registry here).
 
 Used by tests/test_container_faults.py (a daemon restarted mid-attempt) and tests/test_two_hosts.py
@@ -44,14 +44,14 @@ class SecondDaemon:
         self.url = f"unix://{self.socket}"
         self.pidfile = Path(f"/run/{self.name}.pid")
         self.exec_root = Path(f"/run/{self.name}")
-        info = _machine_info()
-        self.btrfs = info.get("Driver") == "btrfs"
-        # On the machine's Docker file system when it is btrfs (its quotas limit each
-        # sandbox's disk there too), in a folder the machine's daemon never looks into.
-        base = (
-            Path(info["DockerRootDir"]) / "boltz-test-daemons" if self.btrfs else Path("/var/lib")
-        )
-        self.data_root = base / self.name
+        self.btrfs = _machine_info().get("Driver") == "btrfs"
+        # On btrfs when the machine's daemon is (with simple quotas, so a sandbox's disk limit
+        # holds), but a btrfs of its own (a sparse file, mounted by loop), never the machine's:
+        # dockerd's btrfs driver turns quotas off on its whole file system when it stops,
+        # which on the machine's would leave its daemon failing every sandbox with a disk
+        # limit ("Failed to limit qgroup").
+        self.data_root = Path("/var/lib") / self.name
+        self.disk_file = Path("/var/lib") / f"{self.name}.btrfs"
         self.log = Path(f"/tmp/{self.name}.log")
         self.proc: subprocess.Popen | None = None
 
@@ -95,6 +95,14 @@ class SecondDaemon:
     def start(self, timeout: float = 60) -> None:
         self.exec_root.mkdir(parents=True, exist_ok=True)
         self.data_root.mkdir(parents=True, exist_ok=True)
+        if self.btrfs:
+            if not os.path.ismount(self.data_root):
+                subprocess.run(["truncate", "-s", "8G", str(self.disk_file)], check=True)
+                subprocess.run(["mkfs.btrfs", "-q", "-f", str(self.disk_file)], check=True)
+                subprocess.run(
+                    ["mount", "-o", "loop", str(self.disk_file), str(self.data_root)], check=True
+                )
+            _simple_quotas(self.data_root)  # again after each stop, which turned them off
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
                 self.argv(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -152,7 +160,19 @@ class SecondDaemon:
                     with contextlib.suppress(docker.errors.APIError):
                         api.remove_container(container["Id"], force=True)
         self.stop()
+        if os.path.ismount(self.data_root):
+            subprocess.run(["umount", "-l", str(self.data_root)], check=False, timeout=120)
+        self.disk_file.unlink(missing_ok=True)
         _remove_tree(self.data_root, btrfs=self.btrfs)
+        if self.btrfs:  # the machine's daemon still holds a sandbox to a disk limit
+            with docker.APIClient(timeout=120) as api:
+                made = api.create_container(
+                    settings.BOLTZ_DEFAULT_IMAGE,
+                    command=["true"],
+                    host_config=api.create_host_config(storage_opt={"size": "1G"}),
+                    labels={"boltz.instance": settings.BOLTZ_INSTANCE},
+                )
+                api.remove_container(made["Id"], force=True)
         shutil.rmtree(self.exec_root, ignore_errors=True)
         for leftover in (self.pidfile, Path(self.socket)):
             leftover.unlink(missing_ok=True)
@@ -173,3 +193,24 @@ def _remove_tree(root: Path, *, btrfs: bool) -> None:
                 ["btrfs", "subvolume", "delete", str(volume)], capture_output=True, timeout=120
             )
     shutil.rmtree(root, ignore_errors=True)
+
+
+def _simple_quotas(root: Path) -> None:
+    """btrfs simple quotas on the file system at `root`, as scripts/services.sh start puts on
+    the machine's (Debian 12's btrfs-progs cannot ask for them, hence the ioctl)."""
+    import fcntl
+    import struct
+
+    shown = subprocess.run(
+        ["btrfs", "filesystem", "show", str(root)], capture_output=True, text=True, check=True
+    ).stdout
+    mode = Path("/sys/fs/btrfs") / shown.split("uuid: ")[1].split()[0] / "qgroups" / "mode"
+    if mode.exists() and mode.read_text().strip() == "squota":
+        return
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        if mode.exists():
+            fcntl.ioctl(fd, 0xC0109428, struct.pack("QQ", 2, 0))  # BTRFS_QUOTA_CTL_DISABLE
+        fcntl.ioctl(fd, 0xC0109428, struct.pack("QQ", 4, 0))  # ..._ENABLE_SIMPLE_QUOTA
+    finally:
+        os.close(fd)
