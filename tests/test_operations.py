@@ -4,11 +4,8 @@ heartbeat and Docker version), on the real services."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import subprocess
-import sys
 import time
 from datetime import timedelta
 
@@ -20,8 +17,7 @@ from django.test import Client
 from django.utils import timezone
 
 from attempts.models import Attempt, SandboxState, WorkerHost
-from attempts.services.attempts import attempt_create
-from tests.conftest import ROOT, real, require, run_web, sdk_client, wait_finished, wait_until
+from tests.conftest import real, require, run_web, sdk_client, wait_until
 from tests.test_redis_faults import SLOW, free_port
 
 
@@ -213,51 +209,3 @@ def host_row(viewer: Client, host: str) -> dict[str, str]:
     found = [row for row in rows if row["host"] == host]
     assert len(found) == 1, f"no row for {host} in {rows}"
     return found[0]
-
-
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.timeout(240)
-def test_flower_lists_the_hosts_workers_and_the_tasks_they_ran(worker, load_example):
-    """Celery's own monitor, started as docs/DEPLOY.md says, against the broker alone."""
-    require(importlib.util.find_spec("flower"), "flower is not installed: make install")
-    port = free_port()
-    log_path = ROOT / "test-results" / f"flower-{port}.log"
-    with log_path.open("wb") as log:
-        flower = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "boltz_web", "flower"]
-            + ["--address=127.0.0.1", f"--port={port}"],
-            cwd=ROOT,
-            env={**os.environ, "FLOWER_UNAUTHENTICATED_API": "1"},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-
-    def workers() -> dict:
-        try:
-            return httpx.get(url + "/api/workers", params={"refresh": "1"}, timeout=20).json()
-        except httpx.HTTPError:
-            return {}
-
-    def tasks() -> dict:
-        return httpx.get(url + "/api/tasks", timeout=20).json()
-
-    try:
-        wait_until(lambda: len(workers()) == 3, 90, "Flower to list the host's three workers")
-        names = sorted(name.split("-")[0] for name in workers())
-        assert names == ["attempts", "host", "ops"]
-        assert all(name.endswith(f"@{settings.BOLTZ_HOST}") for name in workers())
-        task = load_example("fix-add")
-        attempt = attempt_create(task=task, agent="command", command="true")
-        wait_finished([attempt], timeout=150)
-        wait_until(
-            lambda: any(
-                t["name"] == "boltz.run_attempt" and t["state"] == "SUCCESS"
-                for t in tasks().values()
-            ),
-            60,
-            "Flower to list the attempt's task as done",
-        )
-    finally:
-        flower.terminate()
-        flower.wait(timeout=30)
