@@ -149,6 +149,10 @@ def test_concurrent_steps_of_one_pool_give_each_environment_one_action_per_step(
         "step",
         [{"pool": pool.pk, "steps": [actions(k, n) for n in range(rounds)]} for k in range(RACERS)],
     )
+    first_masked = [
+        r["info"] for mine in got for results in mine for r in results if r["info"].get("masked")
+    ]
+    assert not first_masked, first_masked[:1]
     per_env: dict[int, list[int]] = {0: [], 1: []}
     for mine in got:
         for results in mine:

@@ -498,9 +498,12 @@ def _take_steps_once(requests, results):
     with transaction.atomic():
         # The rows locked first, all of them, in one order (PostgreSQL; SQLite has one writer
         # at a time): two steps of one pool, each updating its runs' rows and then the rest,
-        # would otherwise take them in opposite orders and deadlock.
+        # would otherwise take them in opposite orders and deadlock. NO KEY UPDATE, as the
+        # updates below take: a worker adding an event to one of these timelines meanwhile
+        # (its foreign key takes KEY SHARE on the row) goes on, and the seq it took is read
+        # again here; FOR UPDATE would block it while it holds that seq, and both would wait.
         list(
-            Attempt.objects.select_for_update()
+            Attempt.objects.select_for_update(no_key=True)
             .filter(pk__in=list(ids))
             .order_by("pk")
             .values_list("pk", flat=True)

@@ -48,7 +48,7 @@ def image_task(image: str) -> Task:
     # An empty repository, made as any folder's is: where storage is shared, a bundle every
     # host's worker can read (the web process may make this task, a worker runs it).
     with tempfile.TemporaryDirectory(dir=settings.DATA_DIR) as empty:
-        repo_url = repos.repository_from_folder(Path(empty), slug)
+        repo_url = repos.repository_from_folder(Path(empty), slug, keep=True)
     commit = repos.resolve_ref(repo_url, "HEAD")
     try:
         return Task.objects.create(

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -124,7 +125,11 @@ def ensure_mirror(url: str, *, refresh: bool = False) -> Path:
             scratch = Path(tempfile.mkdtemp(prefix="clone-", dir=mirror.parent))
             try:
                 git("clone", "--mirror", "--quiet", "--", url, str(scratch / "m.git"))
-                os.replace(scratch / "m.git", mirror)
+                try:
+                    os.replace(scratch / "m.git", mirror)
+                except OSError:
+                    if not mirror.exists():  # else another process made the same mirror first
+                        raise
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
         elif refresh:
@@ -210,17 +215,46 @@ def commit_folder(folder: Path, repo: Path) -> str:
     return git("rev-parse", "HEAD", cwd=repo).strip()
 
 
-def repository_from_folder(folder: Path, slug: str) -> str:
+def _put_in_place(made: Path, target: Path) -> None:
+    """`made` becomes `target` (whatever was there goes), by renames: a reader finds the old
+    repository or the new one, never half of either."""
+    for _ in range(20):
+        old = target.parent / f".{target.name}.old.{uuid.uuid4().hex}"
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(target, old)
+        try:
+            os.rename(made, target)
+        except OSError:  # another one was put there meanwhile: set it aside too, and again
+            continue
+        finally:
+            shutil.rmtree(old, ignore_errors=True)
+        return
+    raise OSError(f"could not put the repository in place at {target}")
+
+
+def repository_from_folder(folder: Path, slug: str, *, keep: bool = False) -> str:
     """A task's repository from a folder of files: kept as it is when it is a git repository
-    (history and all), else committed as one commit. Returns the path to use as repo_url."""
+    (history and all), else committed as one commit. Returns the path to use as repo_url.
+    With `keep`, one made before under the slug is used as it is (the same files each time)."""
     target = settings.DATA_DIR / "task-repos" / slug
-    if (folder / ".git").exists():
-        if target.exists():
-            shutil.rmtree(target)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(folder, target, symlinks=True)
-    else:
-        commit_folder(folder, target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if keep and target.exists():  # only ever put in place whole
+        return _stored_bundle(target, slug) if is_shared(settings.STORAGES) else str(target)
+    # Made aside, then put in place whole: two processes making the same task's repository at
+    # once (the first sandboxes from one image, asked for together) each get a whole one.
+    made = target.parent / f".{slug}.{uuid.uuid4().hex}"
+    try:
+        if (folder / ".git").exists():
+            shutil.copytree(folder, made, symlinks=True)
+        else:
+            commit_folder(folder, made)
+        if keep:
+            with contextlib.suppress(OSError):  # else another process put its own first
+                os.rename(made, target)
+        else:
+            _put_in_place(made, target)
+    finally:
+        shutil.rmtree(made, ignore_errors=True)
     if is_shared(settings.STORAGES):  # other hosts cannot see this folder: they get a bundle
         return _stored_bundle(target, slug)
     return str(target)
