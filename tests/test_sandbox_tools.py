@@ -97,8 +97,12 @@ def test_a_root_agent_that_breaks_the_images_helpers_breaks_nothing_of_boltzs(
             staged = _staged(box, b"hello", user)
             wrote, _, err = _tool(box, "write", [staged, f"{folder}/a.txt", "644"], user)
             assert wrote.exit_code == 0, err
-            read, out, _ = _tool(box, "read", [f"{folder}/a.txt"], user)
-            assert out == "hello"
+            read, out, err = _tool(box, "read", [f"{folder}/a.txt"], user)
+            assert (read.exit_code, out) == (0, "hello"), (
+                read,
+                err,
+                run(box, ["ls", "-l", folder]),
+            )
             listed, out, _ = _tool(box, "list", [folder], user)
             assert listed.exit_code == 0 and "./a.txt" in out and "regular file|5|644" in out
             assert "directory|" in out and "./sub" in out

@@ -12,6 +12,7 @@ within a minute, while new work goes to A and succeeds; B's daemon back, B takes
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -28,7 +29,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.utils import timezone
 
-from attempts.models import Attempt, EventKind, Outcome, SandboxState, Status, Task
+from attempts.models import Attempt, EventKind, Outcome, SandboxState, Status, Task, WorkerHost
 from attempts.services.attempts import attempt_cancel, attempt_create
 from attempts.taskio import images as task_images
 from tests.conftest import (
@@ -190,6 +191,67 @@ def test_a_task_image_missing_on_a_host_is_built_there_when_an_attempt_lands_the
     with hosts.daemon.api(60) as b_api:
         assert b_api.inspect_image(task.image)["Id"]
     assert task_images.context_tag(bytes(task.build_context)) == task.image
+
+
+def both_heard(hosts) -> None:
+    """Both hosts' heartbeats are on record again (a test's end empties the tables), so that
+    each finds the other live."""
+    wait_until(
+        lambda: WorkerHost.objects.filter(name__in=[hosts.a, hosts.b]).count() == 2,
+        30,
+        "both hosts' heartbeats",
+    )
+
+
+def test_an_image_given_by_name_missing_on_a_host_is_loaded_there_from_the_other(
+    hosts, load_example
+):
+    """No Dockerfile to build it from, no registry: B asks A's worker for the image through
+    the file storage, loads it, and the attempt runs; the copy does not stay in the storage."""
+    image = f"boltz-only-on-a:{uuid.uuid4().hex[:8]}"
+    machine = docker.APIClient(timeout=60)
+    repository, tag = image.split(":")
+    machine.tag(settings.BOLTZ_DEFAULT_IMAGE, repository, tag)
+    try:
+        with hosts.daemon.api(60) as b_api, pytest.raises(docker.errors.ImageNotFound):
+            b_api.inspect_image(image)
+        task = load_example("fix-add", image=image)
+        both_heard(hosts)
+        command = f"{FIX} && sleep 3"
+        attempts = [
+            attempt_create(task=task, agent="command", command=command, queue=hosts.queue)
+            for _ in range(4)
+        ]
+        done = wait_finished(attempts, timeout=300)
+        assert [a.outcome for a in done] == [Outcome.PASSED] * 4, [a.failure_reason for a in done]
+        assert {a.host for a in done} == {hosts.a, hosts.b}
+        loaded = [
+            e.data["message"]
+            for a in done
+            if a.host == hosts.b
+            for e in a.events.filter(kind=EventKind.LIFECYCLE)
+            if e.data.get("message", "").startswith(f"loaded the image {image}")
+        ]
+        assert loaded and f"on {hosts.b} from host {hosts.a} (" in loaded[0], loaded
+        with hosts.daemon.api(60) as b_api:
+            assert b_api.inspect_image(image)["Id"] == machine.inspect_image(image)["Id"]
+        # The copy and the answer went from the storage once loaded.
+        assert not [p for p in (settings.MEDIA_ROOT / "images").rglob("*") if p.is_file()]
+    finally:
+        machine.remove_image(image)
+        with hosts.daemon.api(60) as b_api, contextlib.suppress(docker.errors.APIError):
+            b_api.remove_image(image)
+        machine.close()
+
+
+def test_an_image_no_live_host_has_ends_the_attempt_as_an_infrastructure_error(hosts, load_example):
+    task = load_example("fix-add", image=f"boltz-on-no-host:{uuid.uuid4().hex[:8]}")
+    both_heard(hosts)
+    attempt = attempt_create(task=task, agent="command", command="true", queue=hosts.queue)
+    (done,) = wait_finished([attempt], timeout=200)
+    assert done.outcome == Outcome.INFRA_ERROR and done.score is None
+    assert f"the image {task.image} is not on host {done.host}" in done.failure_reason
+    assert "does not have it" in done.failure_reason, done.failure_reason
 
 
 # --- host B lost: its daemon stopped, or its worker killed ------------------------------------

@@ -56,6 +56,7 @@ REAP_HOST = "boltz.reap_host"
 APPLY_RETENTION = "boltz.apply_retention"
 HOLD_SANDBOX = "boltz.hold_sandbox"
 DELIVER_CALLBACK = "boltz.deliver_callback"
+EXPORT_IMAGE = "boltz.export_image"
 
 # What a send that could not reach Redis raises (kombu says most as OperationalError).
 SEND_ERRORS = (OperationalError, redis.RedisError, OSError)
@@ -323,6 +324,12 @@ def enqueue_sandbox_removal(attempt_id: int, *, host: str) -> None:
             )
 
     transaction.on_commit(send)
+
+
+def request_image(host: str, image: str, request_id: str) -> None:
+    """Ask the worker of `host` to put its `image` in the file storage (run/image_transfer.py),
+    for a host that lacks it; now, not after a commit."""
+    _send(EXPORT_IMAGE, [image, request_id], queue=host_queue(host))
 
 
 def enqueue_reap(host: str) -> None:

@@ -20,7 +20,7 @@ from attempts.dispatch.errors import WorkerUnreachable
 from attempts.dispatch.hosts import known_hosts
 from attempts.models import Attempt, SandboxState
 from attempts.run import director as runner
-from attempts.run import reaper
+from attempts.run import image_transfer, reaper
 from attempts.run.docker import runtime
 from attempts.run.image_builds import use_this_hosts_docker
 from attempts.services.lost_hosts import end_lost_attempts
@@ -185,6 +185,11 @@ def stop_operations(sender=None, **kwargs) -> None:
     """A warm shutdown lets the calls being done finish (30 s at most)."""
     if _opcalls is not None:
         _opcalls.stop()
+
+
+@shared_task(name=queueing.EXPORT_IMAGE)
+def export_image_task(image: str, request_id: str) -> None:
+    image_transfer.export_image(image, request_id)
 
 
 @shared_task(name=queueing.DELIVER_CALLBACK)

@@ -69,6 +69,7 @@ from attempts.run.docker.runtime import (
 from attempts.run.healthcheck import wait_healthy
 from attempts.run.heartbeat import beating
 from attempts.run.image_builds import ensure_task_image
+from attempts.run.image_transfer import bring_image
 from attempts.run.session import CommandRun, SandboxSession, files_tar, update_attempt
 from attempts.run.steps import run_steps
 from attempts.run.trees import AttemptTrees
@@ -290,6 +291,32 @@ class AttemptRunner:
         self.timeline.add(EventKind.ERROR, actor=Actor.AGENT, message=self.agent_oom)
 
     # --- stages ------------------------------------------------------------------------------
+    def bring_images(self) -> None:
+        """The task's images given by name (no Dockerfile to build them from) that this host
+        lacks, loaded from another host that has them (run/image_transfer.py)."""
+        task = self.task
+        for name, context in (
+            (task.image_name, task.build_context),
+            (task.verifier_image, task.verifier_build_context),
+        ):
+            if not name or context or image_exists(name):
+                continue
+            asking = self.timeline.add(
+                EventKind.LIFECYCLE,
+                status=Status.STARTING,
+                message=f"the image {name} is not on {settings.BOLTZ_HOST}: asking the other "
+                "hosts for it",
+            )
+
+            def on_asking(source: str, event=asking) -> None:
+                Event.objects.filter(pk=event.pk).update(
+                    data={**event.data, "progress": f"asking host {source}"}
+                )
+
+            brought = bring_image(name, asking=on_asking)
+            Event.objects.filter(pk=asking.pk).update(data=asking.data)
+            self.timeline.add(EventKind.LIFECYCLE, status=Status.STARTING, message=str(brought))
+
     def build_image(self) -> None:
         """The task's image, built from its Dockerfile when this host has none yet; the
         build's latest line shows on the attempt's page while it runs."""
@@ -336,6 +363,7 @@ class AttemptRunner:
         archive = None if task.layout == Layout.HARBOR else self.trees.workspace_archive()
         self.base_bytes = archive.stat().st_size if archive else 0
         spec = sandbox_spec(self.attempt, "agent", base_bytes=self.base_bytes)
+        self.bring_images()
         self.build_image()
         self.timeline.add(
             EventKind.LIFECYCLE,

@@ -233,6 +233,24 @@ def server_version() -> str:
 
 
 @docker_call
+def save_image(name: str, out) -> int:
+    """`docker save` of `name` (its layers and tags) written to the file `out`; its bytes."""
+    written = 0
+    for chunk in client().api.get_image(name, chunk_size=1 << 20):
+        out.write(chunk)
+        written += len(chunk)
+    return written
+
+
+@docker_call
+def load_image(source) -> None:
+    """`docker load` of what `save_image` wrote, read from the file `source`."""
+    for line in client().api.load_image(source):
+        if isinstance(line, dict) and line.get("error"):
+            raise InfrastructureError(f"docker load failed: {line['error']}")
+
+
+@docker_call
 def list_image_names() -> list[str]:
     return sorted(tag for image in client().images.list() for tag in image.tags)
 
