@@ -155,6 +155,19 @@ def _worker_database_env() -> dict[str, str]:
     return {"DATABASE_URL": urlunparse(url._replace(path="/" + name))}
 
 
+def stop_group(proc: subprocess.Popen, *, timeout: float = 10) -> None:
+    """Stop a process started with start_new_session=True, and its children: TERM, then KILL
+    past `timeout` seconds; reaped either way."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 @contextlib.contextmanager
 def run_worker(*, queue: str, host: str, capacity: int, env: dict[str, str] | None = None):
     """A real `celery worker` process consuming `queue`, stopped and reaped on exit."""
@@ -188,12 +201,7 @@ def run_worker(*, queue: str, host: str, capacity: int, env: dict[str, str] | No
         yield proc
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_group(proc, timeout=20)
 
 
 @pytest.fixture(scope="session")
@@ -245,12 +253,7 @@ def run_web(env: dict[str, str] | None = None, *, server: str = "runserver"):
                 time.sleep(0.1)
         yield url
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc)
 
 
 @pytest.fixture(scope="session")

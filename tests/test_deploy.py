@@ -29,6 +29,7 @@ from tests.conftest import (
     agent_printing,
     require,
     run_worker,
+    stop_group,
     wait_finished,
     wait_until,
 )
@@ -390,8 +391,7 @@ def test_flower_as_deploy_md_starts_it_lists_the_workers_and_the_tasks_they_ran(
             "Flower to list the attempt's task as done",
         )
     finally:
-        os.killpg(flower.pid, signal.SIGTERM)
-        flower.wait(timeout=30)
+        stop_group(flower, timeout=30)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -24,7 +23,15 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from boltz_web.file_storage import LOCAL_BACKEND, S3_BACKEND, default_storage_settings
-from tests.conftest import ROOT, require, run_web, run_worker, wait_finished, wait_until
+from tests.conftest import (
+    ROOT,
+    require,
+    run_web,
+    run_worker,
+    stop_group,
+    wait_finished,
+    wait_until,
+)
 
 # --- the setting ---------------------------------------------------------------------------------
 
@@ -144,12 +151,7 @@ def s3_server():
                 time.sleep(0.2)
         yield url
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc)
 
 
 @pytest.fixture(scope="module")
