@@ -16,6 +16,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from urllib.parse import urlparse, urlunparse
 
 import httpx
 import pytest
@@ -54,6 +55,7 @@ RUN_BY_CI = {
     "scripts/services.sh install": "scripts/services.sh install",
     "scripts/services.sh start": "scripts/services.sh start",
     "make install image": "make test",
+    "make install": "make test",
 }
 
 
@@ -412,8 +414,33 @@ def test_the_backup_of_deploy_md_copies_the_database(tmp_path, django_user_model
     if connection.vendor == "postgresql":
         done = run_doc(here(doc_command("set -a; . /etc/boltz/boltz.env; set +a; pg_dump"), paths))
         assert done.returncode == 0, done.stderr
-        listed = subprocess.run(["pg_restore", "--list", str(dump)], capture_output=True, text=True)
-        assert "auth_user" in listed.stdout
+        # Restored as the doc says into an empty database of its own: the user is there.
+        url = urlparse(connection_url())
+        scratch = f"restore_{uuid.uuid4().hex[:8]}"
+        psql = ["psql", urlunparse(url._replace(path="/postgres")), "-qc"]
+        subprocess.run([*psql, f"create database {scratch}"], check=True, timeout=60)
+        try:
+            restore_env = write_env_file(
+                tmp_path / "restore.env",
+                {"DATABASE_URL": urlunparse(url._replace(path=f"/{scratch}"))},
+            )
+            restored = run_doc(
+                here(
+                    doc_command("set -a; . /etc/boltz/boltz.env; set +a; pg_restore"),
+                    {"/etc/boltz/boltz.env": str(restore_env), " boltz.dump": f" {dump}"},
+                )
+            )
+            assert restored.returncode == 0, restored.stderr
+            names = subprocess.run(
+                ["psql", urlunparse(url._replace(path=f"/{scratch}")), "-tAc"]
+                + ["select username from auth_user"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            ).stdout.split()
+            assert "kept-in-the-backup" in names
+        finally:
+            subprocess.run([*psql, f"drop database {scratch}"], timeout=60)
         return
     require(connection.vendor == "sqlite", connection.vendor)
     done = run_doc(
@@ -514,3 +541,23 @@ def test_every_setting_is_in_deploy_md_with_the_codes_default():
         if expected not in table[name]:
             wrong.append(f"{name}: the code's default is {expected}, the table says {table[name]}")
     assert not wrong, wrong
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(180)
+def test_the_upgrades_migrate_of_deploy_md_runs_on_the_database(tmp_path):
+    env_file = write_env_file(tmp_path / "boltz.env", deploy_settings(tmp_path))
+    done = run_doc(
+        here(
+            doc_command(
+                "set -a; . /etc/boltz/boltz.env; set +a; .venv/bin/python manage.py migrate"
+            ),
+            {"/etc/boltz/boltz.env": str(env_file)},
+        )
+    )
+    assert done.returncode == 0, done.stderr
+    assert "No migrations to apply." in done.stdout
+
+
+def connection_url() -> str:
+    return _worker_database_env()["DATABASE_URL"]
