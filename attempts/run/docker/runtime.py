@@ -12,6 +12,7 @@ import io
 import logging
 import queue
 import re
+import struct
 import subprocess
 import tarfile
 import threading
@@ -547,6 +548,40 @@ def tool_command(script: str, args: list[str] | tuple[str, ...] = (), *, name: s
     return [BUSYBOX, "sh", "-c", script, name, *args]
 
 
+_EXEC_STREAMS = {1: "stdout", 2: "stderr"}
+
+
+def exec_output(api, exec_id: str) -> Iterator[tuple[str, bytes]]:
+    """Start an exec and yield its output as it comes, (stream, bytes), until it ends.
+
+    Docker answers the start with its headers, then the output in frames. docker-py's
+    `exec_start` reads the frames from the socket beneath http.client's buffered reader, so
+    frames that arrived with the headers (a command quick to print, on a loaded host) were
+    read into that buffer and lost: the command's output was empty, its exit code 0
+    (docker/docker-py#2042). Here they are read through the buffered reader."""
+    response = api._post_json(
+        api._url("/exec/{0}/start", exec_id),
+        headers={"Connection": "Upgrade", "Upgrade": "tcp"},
+        data={"Tty": False, "Detach": False},
+        stream=True,
+    )
+    try:
+        api._disable_socket_timeout(api._get_raw_response_socket(response))  # raises for status
+        frames = response.raw._fp.fp  # the buffered reader: what it holds comes first
+        while True:
+            header = frames.read(8)
+            if len(header) < 8:
+                return
+            stream, size = struct.unpack(">BxxxL", header)
+            data = frames.read(size)
+            if data:
+                yield _EXEC_STREAMS.get(stream, "stdout"), data
+            if len(data) < size:
+                return
+    finally:
+        response.close()
+
+
 class Sandbox:
     """One attempt's container. Created stopped; `start()` runs it; `stop()` keeps it."""
 
@@ -657,7 +692,7 @@ class Sandbox:
             exec_id = api.exec_create(
                 self.id, [BUSYBOX, "cat", *_OOM_FILES], stdout=True, stderr=False, user="0:0"
             )["Id"]
-            output = api.exec_start(exec_id, stream=False, demux=False) or b""
+            output = b"".join(data for _, data in exec_output(api, exec_id))
         except docker.errors.APIError:
             return None
         found = _OOM_KILL.search(output)
@@ -816,11 +851,8 @@ class Sandbox:
 
         def read() -> None:
             try:
-                for stdout, stderr in api.exec_start(exec_id, stream=True, demux=True):
-                    if stdout:
-                        chunks.put(("stdout", stdout))
-                    if stderr:
-                        chunks.put(("stderr", stderr))
+                for stream, data in exec_output(api, exec_id):
+                    chunks.put((stream, data))
             except BaseException as exc:  # noqa: BLE001 - reported to the caller below
                 reader_error.append(exc)
             finally:
