@@ -484,6 +484,7 @@ def _flush_again_after_a_deadlock() -> None:
     """A transactional test ends with a flush, which on PostgreSQL is one TRUNCATE of every
     table: a worker still writing (an attempt's last event as the test ends) can meet it in a
     deadlock, and PostgreSQL ends the TRUNCATE. It is tried again (on SQLite a flush waits)."""
+    from django.core.management.base import CommandError
     from django.db import OperationalError
     from django.test import TransactionTestCase
 
@@ -493,8 +494,9 @@ def _flush_again_after_a_deadlock() -> None:
         for tries in range(5):
             try:
                 return flush(self)
-            except OperationalError as exc:
-                if "deadlock detected" not in str(exc) or tries == 4:
+            except (OperationalError, CommandError) as exc:  # `flush` says it as a CommandError
+                said = f"{exc} {exc.__cause__}"
+                if "deadlock detected" not in said or tries == 4:
                     raise
 
     TransactionTestCase._fixture_teardown = teardown

@@ -20,8 +20,15 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from attempts.models import Attempt, EventKind, Status
-from tests.conftest import ROOT, _worker_database_env, new_task, require, wait_finished
+from attempts.models import Attempt, EventKind, Status, WorkerHost
+from tests.conftest import (
+    ROOT,
+    _worker_database_env,
+    new_task,
+    require,
+    wait_finished,
+    wait_until,
+)
 
 pytestmark = [
     pytest.mark.postgres,
@@ -107,6 +114,20 @@ def test_sandboxes_asked_for_at_once_never_outnumber_the_hosts_capacity(worker, 
     """Five clients ask at once for a sandbox of a host of capacity 2: each gets one in turn
     (the rest wait for room), and at no moment did more than two live."""
     user = django_user_model.objects.create_user("racer")
+    # The worker's heartbeat lists its images again (an earlier test's end emptied the table).
+    wait_until(
+        lambda: (
+            settings.BOLTZ_DEFAULT_IMAGE
+            in (
+                WorkerHost.objects.filter(name=settings.BOLTZ_HOST)
+                .values_list("images", flat=True)
+                .first()
+                or []
+            )
+        ),
+        60,
+        "the worker's heartbeat to list the image",
+    )
     ask = {"user": user.pk, "image": settings.BOLTZ_DEFAULT_IMAGE, "ttl": 3, "wait": 200}
     got = race("sandbox", [ask] * 5, timeout=230)
     assert all("attempt" in g for g in got), got

@@ -482,7 +482,12 @@ def test_holds_links_to_the_workers_files_carry_no_content(worker, make_task):
     task = make_task()
     token = secrets.token_hex(6)
     escape = Path(f"/tmp/redteam-escape-{token}")
-    database = str(connection.settings_dict["NAME"])
+    # The database's file (SQLite), or PostgreSQL's folder (its NAME is no path).
+    database = (
+        str(connection.settings_dict["NAME"])
+        if connection.vendor == "sqlite"
+        else "/var/lib/postgresql"
+    )
     script = (
         f"{FIX}\n"
         "ln -s /etc/shadow shadow\n"

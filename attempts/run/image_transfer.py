@@ -1,9 +1,9 @@
 """A task's image given by name (no Dockerfile to build it from) brought to a host that lacks
 it, from a live host that has it, through the file storage: no registry is needed. The host
 that lacks it asks the other's worker (its host queue) to `docker save` the image into the
-storage, waits for the answer there, `docker load`s it and removes the copy. Each host that
-has the image is asked in turn (those whose worker last listed it first); when none has it,
-the attempt ends as an infrastructure error saying where to load it.
+storage, waits for the answer there, `docker load`s it and removes the copy. Live hosts are
+asked in turn, those whose heartbeat listed the image first; when none has it, the attempt
+ends as an infrastructure error saying where to load it.
 
 Used by the director before a sandbox is made (run/director.py), as a task's Dockerfile is
 built on a host that lacks its image (run/image_builds.py)."""
@@ -32,7 +32,8 @@ from attempts.run.docker import runtime
 log = logging.getLogger(__name__)
 
 FOLDER = "images"  # in the file storage: the copies in transit, and each request's answer
-ANSWER_WAIT = 900.0  # seconds to wait for a host's answer (a large image takes minutes)
+ANSWER_WAIT = 900.0  # seconds to wait for a host that listed the image (a large one: minutes)
+UNLISTED_WAIT = 20.0  # ... and for one that did not
 SPOOL_BYTES = 64 << 20  # a copy up to this size stays in memory on its way
 
 
@@ -74,15 +75,21 @@ def export_image(image: str, request_id: str) -> None:
     default_storage.save(_answer_name(request_id), ContentFile(json.dumps(answer).encode()))
 
 
-def _sources(image: str) -> list[str]:
-    """Live hosts other than this one, those that last listed the image first."""
+def _sources(image: str) -> list[tuple[str, float]]:
+    """Live hosts other than this one, each with how long to wait for its answer: those that
+    listed the image in their last heartbeat first, as long as a large image may take; then
+    the others, briefly (one may have loaded it since, and a worker that is not busy answers
+    at once that it has not)."""
     others = heard_hosts().exclude(name=settings.BOLTZ_HOST).values_list("name", "images")
-    return [name for name, images in sorted(others, key=lambda h: image not in (h[1] or []))]
+    listed = [(name, ANSWER_WAIT) for name, images in others if image in (images or [])]
+    return listed + [
+        (name, UNLISTED_WAIT) for name, images in others if image not in (images or [])
+    ]
 
 
-def _wait_for(request_id: str, source: str) -> dict:
+def _wait_for(request_id: str, source: str, wait: float) -> dict:
     name = _answer_name(request_id)
-    deadline = time.monotonic() + ANSWER_WAIT
+    deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         if default_storage.exists(name):
             with default_storage.open(name, "rb") as handle:
@@ -92,13 +99,13 @@ def _wait_for(request_id: str, source: str) -> dict:
         if not heard_hosts().filter(name=source).exists():
             return {"error": f"host {source} went silent"}
         time.sleep(1)
-    return {"error": f"host {source} did not answer within {ANSWER_WAIT:.0f} s"}
+    return {"error": f"host {source} did not answer within {wait:.0f} s"}
 
 
 def bring_image(image: str, *, asking: Callable[[str], None] | None = None) -> Brought:
     """Load `image` on this host from another live host that has it (see the module)."""
     said = []
-    for source in _sources(image):
+    for source, wait in _sources(image):
         if asking:
             asking(source)
         request_id = uuid.uuid4().hex
@@ -108,7 +115,7 @@ def bring_image(image: str, *, asking: Callable[[str], None] | None = None) -> B
         except WorkerUnreachable as refusal:
             said.append(f"{source}: {refusal}")
             continue
-        answer = _wait_for(request_id, source)
+        answer = _wait_for(request_id, source, wait)
         if "file" not in answer:
             said.append(answer.get("error", f"{source}: no answer"))
             continue

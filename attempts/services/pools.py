@@ -464,6 +464,11 @@ def _send(
     return {i: (call, episode) for (i, (_, episode)), call in pairs}
 
 
+# Tries of a step's numbers: each lost only to a timeline write that came between its read and
+# its write (a worker writes an environment's events while its last step's output comes in).
+STEP_TRIES = 10
+
+
 def _take_steps(
     requests: dict[int, tuple[tuple, Attempt]], results: list[dict | None]
 ) -> dict[int, tuple[tuple, Attempt]]:
@@ -472,11 +477,11 @@ def _take_steps(
     timeline; the worker then only does the action. One that ended meanwhile is refused."""
     if not requests:
         return {}
-    for tries in range(3):
+    for tries in range(STEP_TRIES):
         try:
             return _take_steps_once(requests, results)
         except IntegrityError:  # another writer took a timeline seq meanwhile: read them again
-            if tries == 2:
+            if tries == STEP_TRIES - 1:
                 raise
     return {}
 
