@@ -82,14 +82,24 @@ case "${1:-start}" in
       DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends postgresql
       PGBIN=$(dirname "$(ls /usr/lib/postgresql/*/bin/initdb | tail -1)")
     fi
+    PGUSER_OS=postgres
+    PGDATA=/tmp/boltz-pgdata
+    # Each test process, each worker (a connection per slot, per operation thread) and each web
+    # process holds connections: the whole suite on 4 processes needs more than the default 100
+    # ("too many clients already").
+    PGCONNECTIONS=400
+    PGOPTS="-k /tmp -h 127.0.0.1 -p 5433 -c max_connections=$PGCONNECTIONS"
     if ! pg_isready -h 127.0.0.1 -p 5433 >/dev/null 2>&1; then
-      PGUSER_OS=postgres
       id "$PGUSER_OS" >/dev/null 2>&1 || $SUDO useradd --system --create-home "$PGUSER_OS"
-      PGDATA=/tmp/boltz-pgdata
       $SUDO rm -rf "$PGDATA"; $SUDO mkdir -p "$PGDATA"; $SUDO chown "$PGUSER_OS" "$PGDATA"
       as_user "$PGUSER_OS" "$PGBIN/initdb" -D "$PGDATA" -U boltz --auth=trust >/dev/null
       as_user "$PGUSER_OS" "$PGBIN/pg_ctl" -D "$PGDATA" -l "$PGDATA/server.log" \
-        -o "-k /tmp -h 127.0.0.1 -p 5433" start >/dev/null
+        -o "$PGOPTS" start >/dev/null
+      wait_for "PostgreSQL" pg_isready -h 127.0.0.1 -p 5433
+    elif [ -d "$PGDATA" ] && [ "$(psql -h 127.0.0.1 -p 5433 -U boltz -d postgres -tAc 'show max_connections')" -lt "$PGCONNECTIONS" ]; then
+      echo "boltz: restarting the test PostgreSQL with max_connections=$PGCONNECTIONS"
+      as_user "$PGUSER_OS" "$PGBIN/pg_ctl" -D "$PGDATA" -l "$PGDATA/server.log" \
+        -o "$PGOPTS" -m fast restart >/dev/null
       wait_for "PostgreSQL" pg_isready -h 127.0.0.1 -p 5433
     fi
     psql -h 127.0.0.1 -p 5433 -U boltz -d postgres -tAc "select 1 from pg_database where datname='boltz'" | grep -q 1 \
