@@ -38,10 +38,18 @@ from tests.test_redis_faults import free_port
 
 
 def manage(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    """manage.py in this test run's environment, on its database."""
+    return manage_with({**os.environ, **_worker_database_env()}, *args, timeout=timeout)
+
+
+def manage_with(
+    env: dict[str, str], *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess:
+    """manage.py with only these settings (and PATH), as a unit would run it."""
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT,
-        env={**os.environ, **_worker_database_env()},
+        env={"PATH": os.environ["PATH"], **env},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -327,18 +335,6 @@ def test_a_second_host_gets_the_worker_unit_alone(tmp_path):
     made = run_doc(here(doc_command("BOLTZ_UNITS=worker scripts/systemd_units.sh"), paths))
     assert "(checked)" in made.stdout, made.stderr
     assert sorted(p.name for p in (tmp_path / "units").iterdir()) == ["boltz-worker.service"]
-
-
-def manage_with(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    """manage.py with only these settings (and PATH), as a unit would run it."""
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env={"PATH": os.environ["PATH"], **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 @pytest.mark.django_db(transaction=True)
