@@ -163,6 +163,11 @@ class Task(models.Model):
         max_length=16, blank=True, default=Validation.NONE, choices=Validation.choices
     )
     validation_note = models.TextField(blank=True)
+    # What validation learnt of the tests (run/canaries.py): the canaries ("node id#mutant")
+    # that the reference failed, None until validated; the tests (JUnit names) every check
+    # must run, each of which passed with the reference.
+    canary_pool = models.JSONField(null=True, blank=True, default=None)
+    pinned_tests = models.JSONField(default=list, blank=True)
     validation_reference = models.ForeignKey(
         "Attempt", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -700,6 +705,9 @@ class CheckResult(models.Model):
     reward = models.JSONField(null=True, blank=True)
     tests_total = models.PositiveIntegerField(default=0)
     tests_passed = models.PositiveIntegerField(default=0)
+    # How this check was protected (run/canaries.py): canaries planted and their outcomes,
+    # pinned tests, what the runtime observer saw.
+    protection = models.JSONField(default=dict, blank=True)
     step = models.CharField(
         max_length=100,
         blank=True,

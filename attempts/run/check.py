@@ -40,7 +40,7 @@ from attempts.models import (
     Layout,
     TestOutcome,
 )
-from attempts.run import changes, harbor_layout, scoring, verifier_repair
+from attempts.run import canaries, changes, harbor_layout, scoring, verifier_repair
 from attempts.run.docker.runtime import Sandbox, SandboxSpec
 from attempts.run.session import CommandRun, SandboxSession, files_tar, nul_list, update_attempt
 from attempts.run.trees import AttemptTrees
@@ -159,15 +159,18 @@ class CheckFolders:
     def module(self) -> str:
         return f"boltz_witness_{self.token}"
 
-    def plugin_tar(self) -> bytes:
+    def plugin_tar(self, spec: bytes = b"") -> bytes:
+        """The plugin's folder: the module and, beside it, the check's canary spec."""
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as tar:
             folder = tarfile.TarInfo(self.plugin.lstrip("/"))
             folder.type, folder.mode = tarfile.DIRTYPE, 0o755
             tar.addfile(folder)
-            module = tarfile.TarInfo(f"{self.plugin.lstrip('/')}/{self.module}.py")
-            module.size, module.mode = len(WITNESS_PLUGIN), 0o644
-            tar.addfile(module, io.BytesIO(WITNESS_PLUGIN))
+            for suffix, data in ((".py", WITNESS_PLUGIN), (".json", spec)):
+                if data:
+                    member = tarfile.TarInfo(f"{self.plugin.lstrip('/')}/{self.module}{suffix}")
+                    member.size, member.mode = len(data), 0o644
+                    tar.addfile(member, io.BytesIO(data))
         return buffer.getvalue()
 
 
@@ -675,7 +678,8 @@ class Check:
                 made.append(folders.home)
             self._reset_protected(session, entries, made)
             reports = folders.reports
-        session.put_archive(folders.plugin_tar())
+        plan = canaries.plan_for(task, self.attempt, session.workdir)
+        session.put_archive(folders.plugin_tar(plan.spec))
         pipe = WitnessPipe(session, folders.witness, timeout=task.check_timeout + CHECK_MARGIN)
         image_env = session.image_environment()
         env = {
@@ -729,7 +733,8 @@ class Check:
             user=check_user,
             display="end every process the check left",
         )
-        witness, unread = pipe.finish(self._blame())
+        blame = self._blame()
+        witness, unread = pipe.finish(blame, plan.secret)
         after = session.oom_kills()
         files = session.read_files(reports, max_bytes=MAX_CHECK_FILE)
         score = scoring.score_check(
@@ -740,7 +745,10 @@ class Check:
             reward_file=task.reward_file,
             witness=witness,
             rules=task.reward_rules,
+            planted=plan.planted,
+            pinned=list(task.pinned_tests or []),
         )
+        protection = canaries.protection(plan, witness, blame)
         if unread and score.passed:  # what the witness saw is not whole: no pass on it
             score.problem = score.summary = unread
             score.passed, score.score = False, 0.0
@@ -757,6 +765,7 @@ class Check:
             Attempt.objects.filter(pk=self.attempt.pk).values_list("tamper", flat=True).first(),
             task.runner_access,
         )
+        reach = reach or canaries.observed_problem(protection, task.runner_access)
         if reach:
             score.problem = reach
             score.passed, score.error, score.summary = False, "", reach
@@ -764,7 +773,7 @@ class Check:
         score.verifier_tools = repaired.report if repaired else []
         if ooms is not None and after is not None and after > ooms and not score.passed:
             score.summary = f"{_killed_for_memory(task)}; {score.summary}"
-        return self._save_check(mode=mode, run=run, score=score, files=files)
+        return self._save_check(mode=mode, run=run, score=score, files=files, protection=protection)
 
     def _blame(self) -> Callable[[str], bool]:
         """Which files of a skip's path make it the agent's doing: a file of the working
@@ -784,7 +793,13 @@ class Check:
         return blame
 
     def _save_check(
-        self, *, mode: str, run: CommandRun, score: scoring.Score, files=None
+        self,
+        *,
+        mode: str,
+        run: CommandRun,
+        score: scoring.Score,
+        files=None,
+        protection: dict | None = None,
     ) -> CheckResult:
         requested_by = self.requested_by
         # What the check reports may quote what the agent made (a test's message, a file's
@@ -804,6 +819,7 @@ class Check:
             "timed_out": run.result.timed_out,
             "tests_total": score.tests_counted,
             "tests_passed": score.tests_passed,
+            "protection": protection or {},
         }
         found = redact.data(found)
         with transaction.atomic():
@@ -830,6 +846,11 @@ class Check:
                 for t in score.tests
             )
             flipped = mark_flaky(result) if requested_by else []
+            observed = (protection or {}).get("observed_agent") or []
+            if observed:
+                tamper = self._tamper()
+                tamper["observed"] = redact.data(observed[:100])
+                update_attempt(self.attempt, tamper=tamper)
             if score.ignored_reward_files or score.verifier_tools:
                 tamper = self._tamper()
                 seen = tamper.get("reward_files", [])

@@ -4,6 +4,8 @@ exit code fails the check. Pure logic."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
 import xml.etree.ElementTree as ET
@@ -225,10 +227,52 @@ class WitnessRun:
     exitstatus: int | None
     tests: list[TestCase]
     broken: list[str] = field(default_factory=list)
+    # The must-fail twins this run planned (None: it said no plan Boltz can read) and what each
+    # one reported: {"id", "mutant", "outcome"}.
+    planned: int | None = None
+    canaries: list[dict] = field(default_factory=list)
+    tampered: list[dict] = field(default_factory=list)  # a trusted test's function replaced
+    observed: list[dict] = field(default_factory=list)  # what the audit hook saw
+
+
+CANARY_MUTANTS = 16  # a test's mutants the plugin may number (0..15)
+_OBSERVE_KEEP = 300
+
+
+def witness_tag(secret: bytes, *parts) -> str:
+    """The tag Boltz's plugin puts on a canary's line (pytest_witness._tag)."""
+    text = "\n".join(str(p) for p in parts).encode()
+    return hmac.new(secret, text, hashlib.sha256).hexdigest()[:16]
+
+
+def _canary_mutant(record: dict, secret: bytes | None) -> int | None:
+    if not secret:
+        return None
+    q, k = record.get("q"), record.get("k")
+    if not isinstance(q, str) or not isinstance(k, str):
+        return None
+    for number in range(CANARY_MUTANTS):
+        if hmac.compare_digest(witness_tag(secret, record["id"], q, number), k):
+            return number
+    return None
+
+
+def _planned(record: dict, secret: bytes | None) -> int | None:
+    s = record.get("s")
+    if not secret or not isinstance(s, str):
+        return None
+    for count in range(0, 1001):
+        if hmac.compare_digest(witness_tag(secret, "plan", count), s):
+            return count
+    return None
 
 
 def parse_witness_stream(
-    data: bytes, *, complete: bool = True, blame: Callable[[str], bool] = lambda _path: False
+    data: bytes,
+    *,
+    complete: bool = True,
+    blame: Callable[[str], bool] = lambda _path: False,
+    secret: bytes | None = None,
 ) -> tuple[list[WitnessRun], str]:
     """The pytest runs in what Boltz's collector read from the witness pipe: one JSON line per
     event (`start`, `collect` for a collector that failed or that the code under test skipped,
@@ -237,7 +281,8 @@ def parse_witness_stream(
     written later cannot take back a failure. A run that ended with status 0 without reporting
     every test it collected (or before it collected any) did not finish. A skip that passed
     through a file `blame` names (the agent's code) is an error, and a module skipped so is
-    broken. Returns the runs and
+    broken. With the check's `secret`, a test line tagged with it is a canary's (kept apart
+    from the real tests), and the plan of canaries is read from `collected`. Returns the runs and
     a problem, if the stream cannot be trusted (`complete` False: the collector did not read
     to the end, or was flooded)."""
     runs: dict[str, dict] = {}
@@ -248,11 +293,49 @@ def parse_witness_stream(
             record = json.loads(raw.decode("utf-8", errors="replace"))
             run = runs.setdefault(
                 str(record["run"])[:100],
-                {"end": None, "tests": {}, "collected": None, "only": False, "broken": set()},
+                {
+                    "end": None,
+                    "tests": {},
+                    "collected": None,
+                    "only": False,
+                    "broken": set(),
+                    "planned": None,
+                    "canaries": {},
+                    "tampered": [],
+                    "observed": [],
+                },
             )
             event = record["event"]
             if event == "start":
                 run["only"] = run["only"] or record.get("collect_only") is True
+            elif (
+                event == "test"
+                and record.get("outcome") in _WORSE
+                and ((mutant := _canary_mutant(record, secret)) is not None)
+            ):
+                key = (str(record["id"])[:1000], mutant)
+                seen = run["canaries"].get(key)
+                outcome = record["outcome"]
+                # A canary keeps its best outcome: one line that says it passed is enough.
+                if seen is None or _WORSE[outcome] < _WORSE[seen]:
+                    run["canaries"][key] = outcome
+            elif event == "tampered" and len(run["tampered"]) < _OBSERVE_KEEP:
+                run["tampered"].append(
+                    {
+                        "id": junit_name(str(record["id"]))[:1000],
+                        "why": str(record.get("why"))[:300],
+                    }
+                )
+            elif event == "observe" and len(run["observed"]) < _OBSERVE_KEEP:
+                run["observed"].append(
+                    {
+                        "what": str(record.get("what", ""))[:300],
+                        "kind": str(record.get("kind", ""))[:20],
+                        "file": str(record.get("file", ""))[:500],
+                        "line": record.get("line") if isinstance(record.get("line"), int) else 0,
+                        "built_at": str(record.get("built_at") or "")[:520],
+                    }
+                )
             elif event == "test" and record.get("outcome") in _WORSE:
                 name = junit_name(str(record["id"]))[:1000]
                 outcome = record["outcome"]
@@ -271,6 +354,7 @@ def parse_witness_stream(
             elif event == "collected" and run["collected"] is None:
                 count = record.get("count")
                 run["collected"] = count if isinstance(count, int) else -1
+                run["planned"] = _planned(record, secret)
             elif event == "end" and run["end"] is None:
                 status = record.get("exitstatus")
                 run["end"] = status if isinstance(status, int) else -1
@@ -290,6 +374,13 @@ def parse_witness_stream(
                 run["end"] if run["end"] is not None and run["end"] >= 0 else None,
                 [TestCase(name, outcome) for name, outcome in run["tests"].items()],
                 sorted(m.replace("/", ".") for m in run["broken"]),
+                run["planned"],
+                [
+                    {"id": junit_name(node), "node": node, "mutant": mutant, "outcome": outcome}
+                    for (node, mutant), outcome in run["canaries"].items()
+                ],
+                run["tampered"],
+                run["observed"],
             )
         )
     problem = (
@@ -388,6 +479,57 @@ def witness_disagreement(score: Score, witness: list[WitnessRun]) -> str:
     return ""
 
 
+def canary_problem(tests: list[TestCase], witness: list[WitnessRun], *, expect: bool) -> str:
+    """Why the outcomes of a run that Boltz's canaries watched cannot be trusted, or "": a
+    canary whose real test passed and that passed too (or was skipped), a canary planned and
+    never reported, a trusted test whose function was replaced, or (`expect`: the check gave
+    the plugin a plan; without it only replaced tests count) a run that said no plan Boltz
+    can read."""
+    passed = {t.name for t in tests if t.outcome == "passed"}
+    for run in witness:
+        if run.tampered:
+            names = [t["id"] for t in run.tampered]
+            whys = sorted({t["why"] for t in run.tampered})
+            return (
+                f"a test of the check was replaced before it ran ({_listed(names, 3)}): "
+                f"{'; '.join(whys)}, so the run's outcomes cannot be trusted"
+            )
+        if run.exitstatus is None or not expect:
+            continue
+        if run.planned is None:
+            return (
+                "the run did not report the canaries Boltz planted (its plan is missing), so "
+                "its outcomes cannot be trusted"
+            )
+        forged = [c["id"] for c in run.canaries if c["id"] in passed and c["outcome"] != "failed"]
+        if forged:
+            return (
+                f"a must-fail canary passed ({_listed(sorted(set(forged)), 3)}): a copy of a "
+                "test with its expected result changed, which correct code fails, was reported "
+                "as passed, so the run's outcomes cannot be trusted"
+            )
+        if len(run.canaries) < run.planned and passed:
+            return (
+                f"{run.planned - len(run.canaries)} of {run.planned} must-fail canaries were "
+                "never reported, so the run's outcomes cannot be trusted"
+            )
+    return ""
+
+
+def pinned_problem(tests: list[TestCase], pinned: list[str]) -> str:
+    """Why a run misses tests the task pinned (each passed when the reference was checked):
+    a pinned test that did not run, was deselected or was skipped is named; ""."""
+    outcomes = {t.name: t.outcome for t in tests}
+    missing = [name for name in pinned if outcomes.get(name) in (None, "skipped")]
+    if not missing:
+        return ""
+    said = [f"{name} ({'skipped' if outcomes.get(name) else 'did not run'})" for name in missing]
+    return (
+        f"{len(missing)} pinned test(s) did not run as the task requires: {_listed(said, 3)}; "
+        "each passed with the reference solution, so it must run and pass"
+    )
+
+
 def score_check(
     *,
     exit_code: int | None,
@@ -397,6 +539,8 @@ def score_check(
     reward_file: bool = False,
     witness: list[WitnessRun] = (),
     rules: str = "boltz",
+    planted: bool = False,
+    pinned: list[str] = (),
 ) -> Score:
     """Score a finished check from its exit code, the files it wrote to its output folder and
     what Boltz's pytest plugin saw.
@@ -409,9 +553,26 @@ def score_check(
       finished, or reports that contradict each other or the exit code, fail the check.
     - `rules="harbor"`: score as Harbor's verifier does (see `score_harbor`): only the reward
       file decides; `reward_file`, `required` and the exit code do not count.
+    - `planted`: the plugin was given canaries to plant; `pinned`: test names (JUnit form)
+      that must run. A pass that a canary or a missing pinned test contradicts fails.
     """
     if rules == "harbor":
-        return score_harbor(exit_code=exit_code, timed_out=timed_out, files=files, witness=witness)
+        score = score_harbor(exit_code=exit_code, timed_out=timed_out, files=files, witness=witness)
+    else:
+        score = _score_boltz(exit_code, timed_out, files, required, reward_file, witness, rules)
+    if score.passed and not timed_out:
+        problem = canary_problem(score.tests, witness, expect=planted) or (
+            pinned_problem(score.tests, list(pinned))
+        )
+        if problem:
+            score.problem = score.summary = problem
+            score.passed, score.error = False, ""
+            if score.score is not None:
+                score.score = 0.0
+    return score
+
+
+def _score_boltz(exit_code, timed_out, files, required, reward_file, witness, rules) -> Score:
     if rules != "boltz":
         raise ValueError(f"unknown scoring rules {rules!r}: expected 'boltz' or 'harbor'")
     notes: list[str] = []

@@ -111,9 +111,12 @@ class WitnessPipe:
         self.thread = threading.Thread(target=self._collect, name="witness", daemon=True)
         self.thread.start()
 
-    def finish(self, blame: Callable[[str], bool]) -> tuple[list[WitnessRun], str]:
+    def finish(
+        self, blame: Callable[[str], bool], secret: bytes | None = None
+    ) -> tuple[list[WitnessRun], str]:
         """The pytest runs the witness saw, and a problem if its stream cannot be trusted.
-        `blame`: the files whose skips are the agent's doing (see parse_witness_stream)."""
+        `blame`: the files whose skips are the agent's doing; `secret`: the canaries' (see
+        parse_witness_stream)."""
         closed = self._as_witness(_CLOSE, "boltz-witness-close", timeout=30)
         if self.thread is not None:
             self.thread.join(timeout=60)
@@ -127,4 +130,4 @@ class WitnessPipe:
             and self.result.exit_code == 0
             and not self.flooded
         )
-        return parse_witness_stream(bytes(self.data), complete=complete, blame=blame)
+        return parse_witness_stream(bytes(self.data), complete=complete, blame=blame, secret=secret)

@@ -9,6 +9,7 @@ import re
 
 from django.db import transaction
 
+from attempts.core import canary_rules as canaries
 from attempts.models import DONE_STATUSES, Attempt, Outcome, Task, Validation
 from attempts.services.attempts import attempt_create
 
@@ -117,7 +118,26 @@ def refresh_validation(task_id: int) -> None:
     if task is None:
         return
     result = verdict(task.validation_reference, task.validation_noop)
-    if result is not None:
-        Task.objects.filter(pk=task.pk, validation=Validation.RUNNING).update(
-            validation=result[0], validation_note=result[1]
-        )
+    if result is None:
+        return
+    mark, note = result
+    learnt = {}
+    if mark == Validation.VALID:
+        pool, pinned, said = learn_tests(task, task.validation_reference)
+        learnt = {"canary_pool": pool, "pinned_tests": pinned}
+        note = f"{note}; {said}"
+    Task.objects.filter(pk=task.pk, validation=Validation.RUNNING).update(
+        validation=mark, validation_note=note, **learnt
+    )
+
+
+def learn_tests(task: Task, reference: Attempt) -> tuple[list[str], list[str], str]:
+    """What the reference's check says of the task's tests: the canaries that correct code
+    fails (run/canaries.py), the tests every check must run (each passed here), in words."""
+    check = reference.checks.order_by("created_at", "pk").last()
+    if check is None:
+        return [], [], "no check of the reference to learn its tests from"
+    passed = set(check.tests.filter(outcome="passed").values_list("name", flat=True))
+    pool, said = canaries.learnt(check.protection or {}, passed)
+    pinned = canaries.pinned(task, passed, task.workdir)
+    return pool, pinned, f"{said}; {len(pinned)} pinned test(s)"

@@ -14,19 +14,44 @@ the raise, and the module of the exception's class, library files left out. Bolt
 what the agent wrote, counts a skip that went through the agent's code (or through code outside
 the working folder and the libraries) as an error: skipping is the test's or the task's to
 decide, not the code's it tests. Expected failures (xfail) stay skips.
-Standard library and pytest only; runs under the task's own Python.
+Three more things keep the code under test from forging the outcome (docs/TASKS.md, "What
+the check guarantees"), all set up when this module is imported, before pytest imports any
+conftest, test module or code under test:
+
+- Observation. An audit hook (PEP 578) sees what code outside the libraries does that reaches
+  into the process: code it compiles and runs, frames and the garbage collector, trace and
+  profile hooks, ctypes, code objects set on functions, Boltz's own files. Each is sent as an
+  `observe` line with the file and line that did it (code compiled at run time is named by
+  the file and line that compiled it). Boltz decides which of them are the agent's.
+- Identity. The trusted test files (the check's own, named in the spec beside this module)
+  are read and compiled here as the check put them down. A test of those files whose function
+  is not that code when pytest calls it was replaced, and is sent as `tampered`.
+- Canaries. For some of those tests (drawn afresh by the spec's seed) a twin is run: the same
+  test, same node id, file, lines, fixtures and parameters, with one assertion changed so that
+  code that is correct fails it (an expected value changed, or the assertion negated). Twins
+  are placed at random among their module's tests. Their lines look like every other test's;
+  only Boltz, which holds the spec's secret, can tell them apart (the `k` field). A twin that
+  passes means the outcomes are forged.
 """
 
+import ast
 import contextlib
+import copy
+import hashlib
+import hmac
 import json
 import os
+import random
 import sys
+import types
 
 import pytest
 
 _PIPE = os.environ.get("BOLTZ_WITNESS_PIPE", "")
 _RUN = {"fd": None, "id": "", "root": ""}
 _LINE_MAX = 3800  # one write of less than PIPE_BUF bytes is never split or interleaved
+_write = os.write  # bound now: code under test that replaces os.write later does not see these
+_HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _send(event, **fields):
@@ -41,7 +66,7 @@ def _send(event, **fields):
         record["id"] = fields["id"][:1000]
         line = "\n" + json.dumps(record, separators=(",", ":")) + "\n"
     try:
-        os.write(fd, line.encode()[:_LINE_MAX])
+        _write(fd, line.encode()[:_LINE_MAX])
     except OSError:
         _RUN["fd"] = None  # the collector is gone: the check will say so
 
@@ -60,17 +85,11 @@ def _library_dirs():
     return tuple(d.rstrip("/") + "/" for d in dirs if d and d.startswith("/"))
 
 
-_LIBRARIES = ()
-
-
 def _stack(error):
     """The files a skip passed through that may be the code under test: every frame's file
     (the code's, and its module's: code compiled under another name still has its module's
     globals), and the module of the exception's class; library files left out. Paths in the
     working folder are relative; Boltz decides which of them the agent wrote."""
-    global _LIBRARIES
-    if not _LIBRARIES:
-        _LIBRARIES = _library_dirs()
     root = _RUN["root"].rstrip("/") + "/"
     names = []
     tb = error.__traceback__
@@ -111,7 +130,22 @@ def pytest_runtest_makereport(item, call):
     if _RUN["fd"] is not None and excinfo is not None and _is_skip(excinfo.value):
         _SKIPS.setdefault(item.nodeid, [])
         _SKIPS[item.nodeid] += [p for p in _stack(excinfo.value) if p not in _SKIPS[item.nodeid]]
-    yield
+    outcome = yield
+    made = _TESTS["canaries"].get(id(item))
+    if made is not None and made[0] is item:
+        # Last of every wrapper: the report as pytest would log it, whoever rewrote it, is
+        # what Boltz hears. pytest itself logs a pass (a skip stays one): a canary's expected
+        # failure never counts in the run's exit status, JUnit report or terminal.
+        report = outcome.get_result()
+        _report_line(report, made[1])
+        if report.outcome == "failed" or (report.outcome == "skipped" and call.when != "setup"):
+            hidden = copy.copy(report)
+            hidden.outcome, hidden.longrepr, hidden.sections = "passed", None, []
+            hidden.__dict__.pop("wasxfail", None)
+            _TESTS["reports"][id(hidden)] = hidden
+            outcome.force_result(hidden)
+        else:
+            _TESTS["reports"][id(report)] = report
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
@@ -137,6 +171,470 @@ def pytest_make_collect_report(collector):
         collector.__dict__.pop("collect", None)
 
 
+def _tag(secret, *parts):
+    text = "\n".join(str(p) for p in parts).encode()
+    return hmac.new(secret, text, hashlib.sha256).hexdigest()[:16]
+
+
+def _send_test(nodeid, outcome, canary=None, **fields):
+    """A test's line. Every one carries a nonce `q` and a tag `k`: random for the real tests,
+    keyed by the spec's secret for a canary (with its mutant's number), so that only Boltz can
+    tell them apart."""
+    q = os.urandom(6).hex()
+    if canary is None or _SPEC is None:
+        k = os.urandom(8).hex()
+    else:
+        k = _tag(_SPEC["secret"], nodeid, q, canary)
+    _send("test", id=nodeid, outcome=outcome, q=q, k=k, **fields)
+
+
+# --- the spec, and the trusted test files, read now --------------------------------------------
+
+
+def _read_spec():
+    """What Boltz put beside this module for this check: the secret, the seed, the trusted test
+    files (their text is read now, before any code under test runs) and which canaries may run."""
+    try:
+        with open(os.path.splitext(os.path.abspath(__file__))[0] + ".json", "rb") as handle:
+            spec = json.loads(handle.read())
+        spec["secret"] = bytes.fromhex(spec["secret"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    sources = {}
+    for path in spec.get("files", [])[:200]:
+        with contextlib.suppress(OSError, ValueError, SyntaxError, RecursionError):
+            with open(path, "rb") as handle:
+                data = handle.read(2_000_000)
+            sources[path] = (data, ast.parse(data, path))
+    spec["sources"] = sources
+    return spec
+
+
+# --- observation: an audit hook, installed before any code under test is imported -----------
+
+_FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+_WATCH = frozenset(
+    {
+        "compile",
+        "exec",
+        "marshal.loads",
+        "code.__new__",
+        "function.__new__",
+        "sys._getframe",
+        "sys._current_frames",
+        "gc.get_objects",
+        "gc.get_referrers",
+        "gc.get_referents",
+        "sys.settrace",
+        "sys.setprofile",
+        "ctypes.dlopen",
+        "ctypes.dlsym",
+        "ctypes.addressof",
+        "ctypes.cdata",
+        "object.__getattr__",
+        "object.__setattr__",
+        "object.__delattr__",
+        "open",
+        "import",
+        "sys.addaudithook",
+    }
+)
+_RUNNER_PACKAGES = ("pytest", "_pytest", "pluggy", "py", "xdist", "boltz_witness_")
+# Library functions that only pass frame access on for their caller.
+_PROXIES = frozenset(
+    {"currentframe", "stack", "getouterframes", "getinnerframes", "trace", "walk_stack", "walk_tb"}
+)
+_OBSERVED = {"busy": False, "seen": set(), "built": {}, "sent": 0}
+_OBSERVE_MAX = 300
+
+
+def _outside_libraries(filename):
+    if not filename or filename.startswith("<frozen"):
+        return False
+    if filename in _OBSERVED["built"]:
+        return True
+    if not filename.startswith("/"):
+        return True
+    return not os.path.abspath(filename).startswith(_LIBRARIES)
+
+
+def _where(frame):
+    """The file and line of code outside the libraries that caused an event, or None: the frame
+    that raised it, or its caller when it is a library function that only passes frames on."""
+    if frame is None:
+        return None
+    code = frame.f_code
+    if not _outside_libraries(code.co_filename):
+        if code.co_name not in _PROXIES or frame.f_back is None:
+            return None
+        frame = frame.f_back
+        code = frame.f_code
+        if not _outside_libraries(code.co_filename):
+            return None
+    name = code.co_filename
+    origin = _OBSERVED["built"].get(name)
+    root = _RUN["root"].rstrip("/") + "/"
+    if name.startswith(root):
+        name = name[len(root) :]
+    return name[:500], frame.f_lineno or 0, origin
+
+
+def _what(event, args):
+    """What the event did, in a few words, and the class Boltz judges it by; None: not watched."""
+    if event == "object.__getattr__":
+        if len(args) > 1 and args[1] in _FRAME_ATTRS:
+            return f"read {args[1]}", "frames"
+        return None
+    if event in ("object.__setattr__", "object.__delattr__"):
+        if len(args) > 1 and args[1] == "__code__":
+            return "replaced a function's code", "code"
+        return None
+    if event == "open":
+        path = args[0] if args and isinstance(args[0], str) else ""
+        if path.startswith(_HERE) or (_PIPE and path.startswith(os.path.dirname(_PIPE))):
+            return f"opened Boltz's {path[:200]}", "boltz"
+        return None
+    if event == "import":
+        name = args[0] if args and isinstance(args[0], str) else ""
+        if name.split(".", 1)[0] in _RUNNER_PACKAGES or name.startswith("boltz_witness_"):
+            return f"imported {name[:100]}", "runner"
+        return None
+    if event in ("compile", "exec", "marshal.loads", "code.__new__", "function.__new__"):
+        return f"ran built code ({event})", "built"
+    if event in ("sys._getframe", "sys._current_frames"):
+        return f"{event}()", "frames"
+    if event.startswith("gc."):
+        return f"{event}()", "gc"
+    if event in ("sys.settrace", "sys.setprofile"):
+        return f"{event}()", "trace"
+    if event == "sys.addaudithook":
+        return "added an audit hook", "trace"
+    return f"{event}", "ctypes"
+
+
+def _audit(event, args):
+    if event not in _WATCH or _OBSERVED["busy"] or _RUN["fd"] is None:
+        return
+    _OBSERVED["busy"] = True
+    try:
+        what = _what(event, args)
+        if what is None:
+            return
+        where = _where(sys._getframe(1))
+        if where is None:
+            return
+        if event == "compile" and len(args) > 1 and isinstance(args[1], str):
+            # Code built here is named by where it was built, wherever it claims to come from.
+            _OBSERVED["built"].setdefault(args[1], f"{where[0]}:{where[1]}")
+        key = (what[0], where[0], where[1])
+        if key in _OBSERVED["seen"] or _OBSERVED["sent"] >= _OBSERVE_MAX:
+            return
+        _OBSERVED["seen"].add(key)
+        _OBSERVED["sent"] += 1
+        _send(
+            "observe",
+            what=what[0],
+            kind=what[1],
+            file=where[0],
+            line=where[1],
+            **({"built_at": where[2]} if where[2] else {}),
+        )
+    except Exception:  # noqa: BLE001 - an observer must never break the run it watches
+        pass
+    finally:
+        _OBSERVED["busy"] = False
+
+
+# --- identity and canaries ---------------------------------------------------------------------
+
+_TESTS = {"canaries": {}, "trusted": {}, "planned": 0, "reports": {}}
+
+
+def _find_def(tree, cls, name):
+    body = tree.body
+    if cls is not None:
+        found = [n for n in body if isinstance(n, ast.ClassDef) and n.name == cls]
+        if len(found) != 1:
+            return None
+        body = found[0].body
+    found = [n for n in body if isinstance(n, ast.FunctionDef) and n.name == name]
+    return found[0] if len(found) == 1 else None
+
+
+def _marks_only(node):
+    """Every decorator is a pytest mark (`pytest.mark.x`, `mark.x(...)`): the test's function
+    is its own code, and a twin of it needs no decorator run."""
+    for decorator in node.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        text = []
+        while isinstance(target, ast.Attribute):
+            text.append(target.attr)
+            target = target.value
+        if isinstance(target, ast.Name):
+            text.append(target.id)
+        if "mark" not in text:
+            return False
+    return True
+
+
+def _changed(constant):
+    value = constant.value
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value + 1.0 if value == value and abs(value) < 1e15 else None
+    if isinstance(value, str):
+        return value + "\u0394"
+    if isinstance(value, bytes):
+        return value + b"\x00"
+    return None
+
+
+def _mutants(node):
+    """The must-fail mutants of a test: for each assertion at the top of its body (one that
+    runs whenever the test passes), that assertion with its expected constant changed (`x == 5`
+    becomes `x == 6`), or negated when it compares with no constant. Asserts after a `return`
+    are never reached and are left alone."""
+    out = []
+    for index, statement in enumerate(node.body):
+        if isinstance(statement, ast.Return | ast.Raise):
+            break
+        if not isinstance(statement, ast.Assert):
+            continue
+        test = statement.test
+        new = None
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+            for side in ("right", "left"):
+                operand = test.comparators[0] if side == "right" else test.left
+                if isinstance(operand, ast.Constant) and _changed(operand) is not None:
+                    changed = ast.copy_location(ast.Constant(_changed(operand)), operand)
+                    new = copy.deepcopy(test)
+                    if side == "right":
+                        new.comparators = [changed]
+                    else:
+                        new.left = changed
+                    break
+        if new is None:
+            new = ast.copy_location(ast.UnaryOp(ast.Not(), copy.deepcopy(test)), test)
+        out.append((index, new))
+    return out
+
+
+def _code_in(code, name, line):
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            if const.co_name == name and const.co_firstlineno == line:
+                return const
+            found = _code_in(const, name, line)
+            if found is not None:
+                return found
+    return None
+
+
+def _compiled(tree, source, path, filename, rewritten, config):
+    tree = copy.deepcopy(tree)
+    if rewritten:
+        from _pytest.assertion.rewrite import rewrite_asserts
+
+        rewrite_asserts(tree, source, path, config)
+    return compile(tree, filename, "exec", dont_inherit=True)
+
+
+def _function_of(obj):
+    return getattr(obj, "__func__", obj)
+
+
+class _Eligible:
+    """A test of a trusted file whose function Boltz can confirm and twin."""
+
+    def __init__(self, item, node, code, tree, source, path, rewritten):
+        self.item, self.node, self.code = item, node, code
+        self.tree, self.source, self.path, self.rewritten = tree, source, path, rewritten
+
+
+def _eligible(item, config):
+    if _SPEC is None or type(item) is not pytest.Function:  # unittest's own items: not here
+        return None
+    path = str(getattr(item, "path", "") or getattr(item, "fspath", ""))
+    found = _SPEC["sources"].get(path)
+    if found is None:
+        return None
+    source, tree = found
+    cls = item.cls.__name__ if getattr(item, "cls", None) is not None else None
+    node = _find_def(tree, cls, item.originalname)
+    if node is None or not _marks_only(node):
+        return None
+    function = _function_of(item.obj)
+    real = getattr(function, "__code__", None)
+    rewritten = "@py_builtins" in getattr(item.module, "__dict__", {})
+    filename = real.co_filename if real is not None else path
+    try:
+        whole = _compiled(tree, source, path, filename, rewritten, config)
+    except Exception:  # noqa: BLE001 - a file pytest compiles and this cannot: no identity
+        return None
+    line = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+    code = _code_in(whole, node.name, line)
+    if code is None or code.co_freevars:
+        return None
+    return _Eligible(item, node, code, tree, source, path, rewritten)
+
+
+def _replaced(item):
+    """Why the function pytest is about to call for a trusted test is not the code of its file,
+    or ""."""
+    eligible = _TESTS["trusted"].get(id(item))
+    if eligible is None or eligible.item is not item:
+        return ""
+    function = _function_of(item.obj)
+    code = getattr(function, "__code__", None)
+    if code is None or code != eligible.code:
+        return "the test's function is not the code of its file"
+    return ""
+
+
+def _twin(eligible, index, assertion, config):
+    """A canary: the test again, one assertion changed, under the same node id."""
+    item, node = eligible.item, copy.deepcopy(eligible.node)
+    node.body[index] = ast.copy_location(
+        ast.Assert(test=assertion, msg=node.body[index].msg), node.body[index]
+    )
+    cls = item.cls.__name__ if getattr(item, "cls", None) is not None else None
+    body = [node]
+    if cls is not None:
+        body = [ast.copy_location(ast.ClassDef(cls, [], [], body, []), node)]
+    module = ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))
+    code = _compiled(
+        module,
+        eligible.source,
+        eligible.path,
+        eligible.code.co_filename,
+        eligible.rewritten,
+        config,
+    )
+    code = _code_in(code, node.name, eligible.code.co_firstlineno)
+    real = _function_of(item.obj)
+    mutant = types.FunctionType(code, real.__globals__, real.__name__, real.__defaults__)
+    mutant.__kwdefaults__ = real.__kwdefaults__
+    mutant.__qualname__, mutant.__doc__ = real.__qualname__, real.__doc__
+    mutant.__dict__.update(real.__dict__)
+    callobj = mutant
+    if cls is not None:
+        parent = item.parent
+        instance = parent.newinstance() if hasattr(parent, "newinstance") else item.cls()
+        callobj = types.MethodType(mutant, instance)
+    twin = pytest.Function.from_parent(
+        item.parent,
+        name=item.name,
+        callspec=getattr(item, "callspec", None),
+        callobj=callobj,
+        fixtureinfo=item._fixtureinfo,
+        originalname=item.originalname,
+    )
+    return twin
+
+
+def _wanted(nodeid, names):
+    return nodeid in names or nodeid.split("[", 1)[0] in names
+
+
+def _plan(items, config):
+    """Twins for some trusted tests, drawn by the spec's seed, placed among their module's."""
+    spec = _SPEC
+    if spec is None or hasattr(config, "workerinput") or sys.flags.optimize:
+        return
+    if config.pluginmanager.hasplugin("dsession"):  # xdist's controller: workers run the tests
+        return
+    rng = random.Random(spec.get("seed", 0))
+    pool = spec.get("pool")
+    pool = None if pool is None else set(pool)
+    focus = set(spec.get("focus", []))
+    candidates = []  # (eligible, mutant number, index, assertion)
+    for item in items:
+        eligible = _eligible(item, config)
+        if eligible is None:
+            continue
+        _TESTS["trusted"][id(item)] = eligible
+        for number, (index, assertion) in enumerate(_mutants(eligible.node)):
+            if pool is None or f"{item.nodeid}#{number}" in pool:
+                candidates.append((eligible, number, index, assertion))
+    if not spec.get("survey"):
+        by_test = {}
+        for candidate in candidates:
+            by_test.setdefault(candidate[0].item.nodeid, []).append(candidate)
+        tests = sorted(by_test)
+        rng.shuffle(tests)
+        chosen_focus = [t for t in tests if _wanted(t, focus)][: spec.get("focus_max", 4)]
+        others = [t for t in tests if t not in chosen_focus][: spec.get("extra", 2)]
+        candidates = [rng.choice(by_test[t]) for t in chosen_focus + others]
+    twins = []
+    for eligible, number, index, assertion in candidates[: spec.get("max", 400)]:
+        try:
+            twin = _twin(eligible, index, assertion, config)
+        except Exception:  # noqa: BLE001 - a test this cannot twin runs alone
+            continue
+        _TESTS["canaries"][id(twin)] = (twin, number)
+        twins.append((eligible.item, twin))
+    for real, twin in twins:
+        group = [i for i, item in enumerate(items) if item.parent is real.parent]
+        items.insert(rng.randint(group[0], group[-1] + 1), twin)
+    _TESTS["planned"] = len(twins)
+
+
+_DESELECTED = []
+
+
+def pytest_deselected(items):
+    _DESELECTED.extend(items)  # the check's own -k, -m or a plugin's: said, not missing
+
+
+def _missing(items):
+    """The tests defined at the top of a trusted file that pytest should collect and never
+    saw (deleted from the module, say, before collection): (node id, why)."""
+    seen, modules = set(), {}
+    for item in [*items, *_DESELECTED]:
+        path = str(getattr(item, "path", "") or getattr(item, "fspath", ""))
+        seen.add((path, getattr(item, "originalname", item.name)))
+        module = item.getparent(pytest.Module)
+        if module is not None and path in _SPEC["sources"]:
+            modules[path] = module
+    out = []
+    for path, module in modules.items():
+        tree = _SPEC["sources"][path][1]
+        names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)]
+        for node in tree.body:
+            if not isinstance(node, ast.FunctionDef) or names.count(node.name) != 1:
+                continue
+            if not _marks_only(node) or not module.funcnamefilter(node.name):
+                continue
+            if (path, node.name) not in seen:
+                prefix = module.nodeid
+                out.append((f"{prefix}::{node.name}", "defined in its file, never collected"))
+    return out
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    if _RUN["fd"] is None:
+        return
+    try:
+        if _SPEC is not None:
+            for nodeid, why in _missing(items)[:50]:
+                _send("tampered", id=nodeid, why=why)
+        _plan(items, config)
+    except Exception as error:  # noqa: BLE001 - no canaries is said, never a broken run
+        _send("canaries", error=f"{type(error).__name__}: {error}"[:300])
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    why = _replaced(pyfuncitem)
+    if why:
+        _send("tampered", id=pyfuncitem.nodeid, why=why)
+    yield
+
+
 def pytest_configure(config):
     if not _PIPE or hasattr(config, "workerinput"):
         return  # no pipe, or an xdist worker: its controller reports every test
@@ -158,10 +656,12 @@ def pytest_collectreport(report):
 
 
 def pytest_collection_finish(session):
-    _send("collected", count=len(session.items))
+    planned = _TESTS["planned"]
+    secret = _SPEC["secret"] if _SPEC is not None else b""
+    _send("collected", count=len(session.items) - planned, s=_tag(secret, "plan", planned))
 
 
-def pytest_runtest_logreport(report):
+def _report_line(report, canary=None):
     if report.outcome not in ("passed", "failed", "skipped"):
         return  # "rerun" and other interim outcomes of plugins
     if report.when != "call" and report.outcome == "passed":
@@ -170,10 +670,22 @@ def pytest_runtest_logreport(report):
     if report.when != "call" and outcome == "failed":
         outcome = "error"
     if outcome == "skipped" and getattr(report, "wasxfail", None) is None:
-        _send("test", id=report.nodeid, outcome=outcome, stack=_SKIPS.get(report.nodeid, []))
+        _send_test(report.nodeid, outcome, canary, stack=_SKIPS.get(report.nodeid, []))
         return
-    _send("test", id=report.nodeid, outcome=outcome)
+    _send_test(report.nodeid, outcome, canary)
+
+
+def pytest_runtest_logreport(report):
+    if _TESTS["reports"].pop(id(report), None) is report:
+        return  # a canary's: already told
+    _report_line(report)
 
 
 def pytest_sessionfinish(session, exitstatus):
     _send("end", exitstatus=int(exitstatus))
+
+
+_SPEC = _read_spec() if _PIPE else None
+_LIBRARIES = _library_dirs()
+if _PIPE:
+    sys.addaudithook(_audit)

@@ -1,0 +1,132 @@
+"""The canaries' and pins' rules, as pure logic: how the witness's lines are read with the
+check's secret, and what fails a run (the pipeline runs are in test_redteam_canaries.py)."""
+
+from __future__ import annotations
+
+import json
+
+from attempts.core import canary_rules
+from attempts.run import scoring
+from attempts.run.scoring import TestCase, witness_tag
+
+SECRET = bytes(range(16))
+
+
+def line(event, **fields):
+    return (json.dumps({"run": "r", "event": event, **fields}) + "\n").encode()
+
+
+def tline(node, outcome, mutant=None, q="ab12"):
+    k = "f" * 16 if mutant is None else witness_tag(SECRET, node, q, mutant)
+    return line("test", id=node, outcome=outcome, q=q, k=k)
+
+
+def stream(*test_lines, planned=1, exitstatus=0):
+    return (
+        line("start")
+        + line("collected", count=1, s=witness_tag(SECRET, "plan", planned))
+        + b"".join(test_lines)
+        + line("end", exitstatus=exitstatus)
+    )
+
+
+def score(data, planted=True, pinned=()):
+    witness, _ = scoring.parse_witness_stream(data, secret=SECRET)
+    return scoring.score_check(
+        exit_code=0, timed_out=False, files={}, witness=witness, planted=planted, pinned=pinned
+    )
+
+
+def test_a_canary_that_fails_is_kept_apart_and_the_run_passes():
+    data = stream(tline("t.py::test_a", "passed"), tline("t.py::test_a", "failed", 0))
+    witness, _ = scoring.parse_witness_stream(data, secret=SECRET)
+    assert witness[0].tests == [TestCase("t::test_a", "passed")]
+    assert witness[0].canaries == [
+        {"id": "t::test_a", "node": "t.py::test_a", "mutant": 0, "outcome": "failed"}
+    ]
+    assert witness[0].planned == 1
+    result = score(data)
+    assert result.passed and result.score == 1.0, result.summary
+
+
+def test_a_canary_that_passes_fails_the_run_with_the_reason():
+    result = score(
+        stream(tline("t.py::test_a", "passed"), tline("t.py::test_a", "passed", 3))
+    )
+    assert not result.passed and result.score == 0.0
+    assert result.summary.startswith("a must-fail canary passed (t::test_a)")
+
+
+def test_without_the_secret_a_canary_line_is_a_real_test_and_cannot_be_forged():
+    # A line tagged by someone without the secret is a real test's: it can never hide a pass.
+    forged = line("test", id="t.py::test_a", outcome="failed", q="x", k="0" * 16)
+    witness, _ = scoring.parse_witness_stream(
+        stream(tline("t.py::test_a", "passed"), forged), secret=SECRET
+    )
+    assert witness[0].canaries == [] and witness[0].tests[0].outcome == "failed"
+
+
+def test_a_planned_canary_never_reported_or_a_missing_plan_fails():
+    missing = score(stream(tline("t.py::test_a", "passed"), planned=2))
+    assert "2 of 2 must-fail canaries were never reported" in missing.summary
+    no_plan = (
+        line("start")
+        + line("collected", count=1)
+        + tline("t.py::test_a", "passed")
+        + line("end", exitstatus=0)
+    )
+    assert "its plan is missing" in score(no_plan).summary
+    # A check that planted none (a task with no test file of its own) is judged as before.
+    assert score(no_plan, planted=False).passed
+
+
+def test_a_canary_of_a_test_that_failed_says_nothing():
+    result = score(
+        stream(tline("t.py::test_a", "failed"), tline("t.py::test_a", "passed", 0))
+    )
+    assert not result.passed and "canary" not in result.summary
+
+
+def test_a_pinned_test_missing_or_skipped_fails_naming_it():
+    data = stream(
+        tline("t.py::test_a", "passed"),
+        tline("t.py::test_b", "skipped"),
+        tline("t.py::test_a", "failed", 0),
+    )
+    result = score(data, pinned=["t::test_a", "t::test_b", "t::test_c"])
+    assert not result.passed and result.score == 0.0
+    assert result.summary.startswith(
+        "2 pinned test(s) did not run as the task requires: t::test_b (skipped), "
+        "t::test_c (did not run)"
+    ), result.summary
+    assert score(data, pinned=["t::test_a"]).passed
+
+
+def test_validation_learns_the_pool_and_pins_from_the_reference():
+    protection = {
+        "canaries": [
+            {
+                "id": "tests.test_x::test_a",
+                "node": "tests/test_x.py::test_a",
+                "mutant": 0,
+                "outcome": "failed",
+            },
+            {
+                "id": "tests.test_x::test_a",
+                "node": "tests/test_x.py::test_a",
+                "mutant": 1,
+                "outcome": "passed",
+            },  # an equivalent mutant: left out
+        ]
+    }
+    passed = {"tests.test_x::test_a", "tests.test_x::test_b[<object at 0x7f00aa>]", "other::t"}
+    pool, said = canary_rules.learnt(protection, passed)
+    assert pool == ["tests/test_x.py::test_a#0"]
+    assert said == "1 must-fail canaries over 1 test(s)"
+
+    class Task:
+        check_file_paths = ["tests/test_x.py"]
+        required_tests = []
+
+    assert canary_rules.pinned(Task, passed, "/workspace") == ["tests.test_x::test_a"]
+    assert canary_rules.learnt({}, passed)[1].startswith("its tests cannot be protected")
