@@ -306,10 +306,11 @@ FLIP_FINDINGS = [
 
 def test_fundamental_code_under_test_rewrites_outcomes_in_process(worker, make_task):
     """The code under test runs in pytest's own process, so it can register a plugin that
-    rewrites every outcome, and every witness pytest writes agrees. No runtime defence is
-    complete: Boltz names the code statically (file and line) and the check fails because of
-    it. With runner_access = "report" the task allows it: the attempt passes (the forgery
-    works) and the tamper report still names it."""
+    rewrites every outcome, and every report pytest writes agrees. Boltz names the code
+    statically (file and line) and the check fails because of it. With runner_access =
+    "report" the task allows the reach, but no longer the forgery (issue 32): the flip turns
+    the must-fail canaries into passes too, so the attempt fails on the run's own evidence,
+    and the tamper report still names the code."""
     strict, lenient = make_task(), make_task(runner_access="report")
     result = run_all(("in_process", strict, IN_PROCESS_FLIP), ("allowed", lenient, IN_PROCESS_FLIP))
     attempt, allowed = result["in_process"], result["allowed"]
@@ -331,8 +332,8 @@ def test_fundamental_code_under_test_rewrites_outcomes_in_process(worker, make_t
         "the check fails because of it"
         in attempt.events.get(kind="error", data__has_key="runner_access").data["message"]
     )
-    assert allowed.outcome == Outcome.PASSED and allowed.score == 1.0, verdict(allowed)
-    assert allowed.checks.get().problem == ""
+    assert allowed.outcome == Outcome.FAILED and allowed.score == 0.0, verdict(allowed)
+    assert allowed.checks.get().problem.startswith("a must-fail canary passed")
 
 
 def test_hole_in_place_unreadable_workspace_is_an_infrastructure_error(worker, make_task):

@@ -130,22 +130,7 @@ def pytest_runtest_makereport(item, call):
     if _RUN["fd"] is not None and excinfo is not None and _is_skip(excinfo.value):
         _SKIPS.setdefault(item.nodeid, [])
         _SKIPS[item.nodeid] += [p for p in _stack(excinfo.value) if p not in _SKIPS[item.nodeid]]
-    outcome = yield
-    made = _TESTS["canaries"].get(id(item))
-    if made is not None and made[0] is item:
-        # Last of every wrapper: the report as pytest would log it, whoever rewrote it, is
-        # what Boltz hears. pytest itself logs a pass (a skip stays one): a canary's expected
-        # failure never counts in the run's exit status, JUnit report or terminal.
-        report = outcome.get_result()
-        _report_line(report, made[1])
-        if report.outcome == "failed" or (report.outcome == "skipped" and call.when != "setup"):
-            hidden = copy.copy(report)
-            hidden.outcome, hidden.longrepr, hidden.sections = "passed", None, []
-            hidden.__dict__.pop("wasxfail", None)
-            _TESTS["reports"][id(hidden)] = hidden
-            outcome.force_result(hidden)
-        else:
-            _TESTS["reports"][id(report)] = report
+    yield
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
@@ -347,7 +332,7 @@ def _audit(event, args):
 
 # --- identity and canaries ---------------------------------------------------------------------
 
-_TESTS = {"canaries": {}, "trusted": {}, "planned": 0, "reports": {}}
+_TESTS = {"canaries": {}, "trusted": {}, "planned": 0, "reports": {}, "compiled": {}}
 
 
 def _find_def(tree, cls, name):
@@ -470,9 +455,14 @@ def _eligible(item, config):
     real = getattr(function, "__code__", None)
     rewritten = "@py_builtins" in getattr(item.module, "__dict__", {})
     filename = real.co_filename if real is not None else path
-    try:
-        whole = _compiled(tree, source, path, filename, rewritten, config)
-    except Exception:  # noqa: BLE001 - a file pytest compiles and this cannot: no identity
+    key = (path, filename, rewritten)
+    if key not in _TESTS["compiled"]:
+        try:
+            _TESTS["compiled"][key] = _compiled(tree, source, path, filename, rewritten, config)
+        except Exception:  # noqa: BLE001 - a file pytest compiles and this cannot: no identity
+            _TESTS["compiled"][key] = None
+    whole = _TESTS["compiled"][key]
+    if whole is None:
         return None
     line = node.decorator_list[0].lineno if node.decorator_list else node.lineno
     code = _code_in(whole, node.name, line)
@@ -627,6 +617,35 @@ def pytest_collection_modifyitems(session, config, items):
         _send("canaries", error=f"{type(error).__name__}: {error}"[:300])
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session):
+    # What is registered before any test module (or code under test) is imported: pytest's
+    # own plugins, the installed ones, the conftests met so far. A canary's reports are
+    # logged to every plugin but these, so that its expected failure never counts in the
+    # exit status, the JUnit report or the terminal, while code that forges reports in the
+    # process sees a canary's as it sees every test's.
+    manager = session.config.pluginmanager
+    quiet = [p for p in manager.get_plugins() if p is not sys.modules[__name__]]
+    _TESTS["log"] = manager.subset_hook_caller("pytest_runtest_logreport", quiet)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    made = _TESTS["canaries"].get(id(item))
+    if made is None or made[0] is not item:
+        return None
+    from _pytest.runner import runtestprotocol
+
+    for report in runtestprotocol(item, log=False, nextitem=nextitem):
+        _TESTS["reports"][id(report)] = (report, made[1])
+        log = _TESTS.get("log")
+        if log is not None:
+            log(report=report)
+        if _TESTS["reports"].pop(id(report), None) is not None:  # nobody told us: say it now
+            _report_line(report, made[1])
+    return True
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem):
     why = _replaced(pyfuncitem)
@@ -676,9 +695,8 @@ def _report_line(report, canary=None):
 
 
 def pytest_runtest_logreport(report):
-    if _TESTS["reports"].pop(id(report), None) is report:
-        return  # a canary's: already told
-    _report_line(report)
+    made = _TESTS["reports"].pop(id(report), None)
+    _report_line(report, made[1] if made is not None and made[0] is report else None)
 
 
 def pytest_sessionfinish(session, exitstatus):
