@@ -332,7 +332,7 @@ def _audit(event, args):
 
 # --- identity and canaries ---------------------------------------------------------------------
 
-_TESTS = {"canaries": {}, "trusted": {}, "planned": 0, "reports": {}, "compiled": {}}
+_TESTS = {"canaries": {}, "trusted": {}, "planned": 0, "reports": {}, "compiled": {}, "codes": {}}
 
 
 def _find_def(tree, cls, name):
@@ -377,45 +377,51 @@ def _changed(constant):
     return None
 
 
-def _mutants(node):
-    """The must-fail mutants of a test: for each assertion at the top of its body (one that
-    runs whenever the test passes), that assertion with its expected constant changed (`x == 5`
-    becomes `x == 6`), or negated when it compares with no constant. Asserts after a `return`
-    are never reached and are left alone."""
+def _asserts(node):
+    """Where a test's must-fail mutants can be made: the assertions at the top of its body
+    (each runs whenever the test passes); those after a `return` are never reached."""
     out = []
     for index, statement in enumerate(node.body):
         if isinstance(statement, ast.Return | ast.Raise):
             break
-        if not isinstance(statement, ast.Assert):
-            continue
-        test = statement.test
-        new = None
-        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
-            for side in ("right", "left"):
-                operand = test.comparators[0] if side == "right" else test.left
-                if isinstance(operand, ast.Constant) and _changed(operand) is not None:
-                    changed = ast.copy_location(ast.Constant(_changed(operand)), operand)
-                    new = copy.deepcopy(test)
-                    if side == "right":
-                        new.comparators = [changed]
-                    else:
-                        new.left = changed
-                    break
-        if new is None:
-            new = ast.copy_location(ast.UnaryOp(ast.Not(), copy.deepcopy(test)), test)
-        out.append((index, new))
+        if isinstance(statement, ast.Assert):
+            out.append(index)
+    return out
+
+
+def _mutant(node, index):
+    """The assertion at `index` changed so that correct code fails it: its expected constant
+    changed (`x == 5` becomes `x == 6`), or negated when it compares with no constant."""
+    test = node.body[index].test
+    new = None
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+        for side in ("right", "left"):
+            operand = test.comparators[0] if side == "right" else test.left
+            if isinstance(operand, ast.Constant) and _changed(operand) is not None:
+                changed = ast.copy_location(ast.Constant(_changed(operand)), operand)
+                new = copy.deepcopy(test)
+                if side == "right":
+                    new.comparators = [changed]
+                else:
+                    new.left = changed
+                break
+    if new is None:
+        new = ast.copy_location(ast.UnaryOp(ast.Not(), copy.deepcopy(test)), test)
+    return new
+
+
+def _codes(code, out=None):
+    """Every code object nested in `code`, by (name, first line)."""
+    out = {} if out is None else out
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            out.setdefault((const.co_name, const.co_firstlineno), const)
+            _codes(const, out)
     return out
 
 
 def _code_in(code, name, line):
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            if const.co_name == name and const.co_firstlineno == line:
-                return const
-            found = _code_in(const, name, line)
-            if found is not None:
-                return found
-    return None
+    return _codes(code).get((name, line))
 
 
 def _compiled(tree, source, path, filename, rewritten, config):
@@ -464,8 +470,10 @@ def _eligible(item, config):
     whole = _TESTS["compiled"][key]
     if whole is None:
         return None
+    if key not in _TESTS["codes"]:
+        _TESTS["codes"][key] = _codes(whole)
     line = node.decorator_list[0].lineno if node.decorator_list else node.lineno
-    code = _code_in(whole, node.name, line)
+    code = _TESTS["codes"][key].get((node.name, line))
     if code is None or code.co_freevars:
         return None
     return _Eligible(item, node, code, tree, source, path, rewritten)
@@ -540,15 +548,15 @@ def _plan(items, config):
     pool = spec.get("pool")
     pool = None if pool is None else set(pool)
     focus = set(spec.get("focus", []))
-    candidates = []  # (eligible, mutant number, index, assertion)
+    candidates = []  # (eligible, mutant number, index of the assertion in its body)
     for item in items:
         eligible = _eligible(item, config)
         if eligible is None:
             continue
         _TESTS["trusted"][id(item)] = eligible
-        for number, (index, assertion) in enumerate(_mutants(eligible.node)):
+        for number, index in enumerate(_asserts(eligible.node)):
             if pool is None or f"{item.nodeid}#{number}" in pool:
-                candidates.append((eligible, number, index, assertion))
+                candidates.append((eligible, number, index))
     if not spec.get("survey"):
         by_test = {}
         for candidate in candidates:
@@ -559,9 +567,9 @@ def _plan(items, config):
         others = [t for t in tests if t not in chosen_focus][: spec.get("extra", 2)]
         candidates = [rng.choice(by_test[t]) for t in chosen_focus + others]
     twins = []
-    for eligible, number, index, assertion in candidates[: spec.get("max", 400)]:
+    for eligible, number, index in candidates[: spec.get("max", 400)]:
         try:
-            twin = _twin(eligible, index, assertion, config)
+            twin = _twin(eligible, index, _mutant(eligible.node, index), config)
         except Exception:  # noqa: BLE001 - a test this cannot twin runs alone
             continue
         _TESTS["canaries"][id(twin)] = (twin, number)
