@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from attempts.core.canary_rules import observed_problem, trusted_files
 from attempts.run.scoring import WitnessRun
 
-__all__ = ["CanaryPlan", "observed_problem", "plan_for", "protection"]
+__all__ = ["CanaryPlan", "observed_problem", "canary_plan", "protection"]
 
 FOCUS_MAX = 4  # canaries for the task's required tests, at most
 EXTRA = 2  # canaries for other tests of the check's files
@@ -34,7 +34,7 @@ class CanaryPlan:
     why_none: str = ""
 
 
-def plan_for(task, attempt, workdir: str) -> CanaryPlan:
+def canary_plan(task, attempt, workdir: str) -> CanaryPlan:
     """The canaries of one check of `attempt`, drawn afresh."""
     files = trusted_files(task, workdir)
     survey = bool(task.validation_reference_id) and task.validation_reference_id == attempt.pk

@@ -678,7 +678,7 @@ class Check:
                 made.append(folders.home)
             self._reset_protected(session, entries, made)
             reports = folders.reports
-        plan = canaries.plan_for(task, self.attempt, session.workdir)
+        plan = canaries.canary_plan(task, self.attempt, session.workdir)
         session.put_archive(folders.plugin_tar(plan.spec))
         pipe = WitnessPipe(session, folders.witness, timeout=task.check_timeout + CHECK_MARGIN)
         image_env = session.image_environment()
